@@ -1,0 +1,102 @@
+"""One typed record per request, and the JSON-lines journal that keeps them.
+
+Every request the tool sends ends as exactly one `RequestRecord`, successful or not: failures
+are records with an `error` reason, never exceptions that escape the run. The journal appends
+each record as one JSON line and flushes it when the request ends, so a killed run keeps every
+request that had finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+RECORDS_FILE = "records.jsonl"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one streaming chat request did, in raw measured form (figures are derived later).
+
+    Times are seconds; `*_s` fields are offsets from `sent_at` (wall clock, epoch seconds,
+    taken when the request bytes were handed to the kernel).
+    """
+
+    request_id: str
+    scenario: str  # prompt/scenario name, e.g. "code", "cn_essay", "code_b"
+    cell: str  # measurement cell, e.g. "single", "c2-same", "c4-different"
+    concurrency: int  # streams started together in this round (1 for single stream)
+    case: str  # "single" | "same" | "different" (or a free-running mode's name)
+    round: int  # round index within the cell, from 0
+    slot: int  # stream index within the round, from 0
+    worker: int  # Locust worker index (0 when running locally)
+    user: int  # user number within that worker
+    sent_at: float
+    ttft_s: float | None = None  # first chunk with non-empty content/reasoning/tool call
+    total_s: float | None = None  # end of stream: the `[DONE]` line, else the response end
+    last_chunk_s: float | None = None  # last chunk with non-empty content/reasoning
+    completion_tokens: int | None = None  # usage.completion_tokens only
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    chunks: int = 0  # chunks with non-empty content/reasoning/tool call deltas
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None  # failure reason; None means the request itself succeeded
+    output_sha: str | None = None  # sha256 (16 hex) of the concatenated output text
+    max_tokens: int | None = None
+    thinking: bool = False
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class RecordJournal:
+    """Appends records to `records.jsonl`, one flushed line per request.
+
+    Safe to share between greenlets and threads of one process: a line is written whole.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(run_dir) / RECORDS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab", buffering=0)
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def append(self, record: RequestRecord) -> None:
+        line = record.to_json() + b"\n"
+        with self._lock:
+            self._file.write(line)
+            self.count += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yields the record dicts of a journal (a run directory or the file itself).
+
+    A torn last line (the process was killed mid-write) is skipped, not fatal.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
