@@ -24,6 +24,9 @@ RECORD_COLUMNS = [
     "max_tokens", "thinking",
 ]
 PERCENTILES = (0.5, 0.9, 0.99)
+# The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
+SINGLE_CASE = "single"
+CONCURRENT_CASES = ("same", "different")
 
 
 # --- per request -------------------------------------------------------------------------------
@@ -89,7 +92,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     stream's decode time and ignores that streams started their decode at different moments.
     A round counts (`complete`) only when every one of its streams succeeded.
     """
-    conc = df[df["concurrency"] > 1]
+    conc = df[df["case"].isin(CONCURRENT_CASES)]
     if conc.empty:
         return pd.DataFrame(columns=["cell", "round", "concurrency", "case", "streams", "ok_streams",
                                      "aggregate_tps", "complete"])
@@ -112,7 +115,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
 
 def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per scenario, single-stream means over successful rounds with min-max of decode and n."""
-    single = df[(df["concurrency"] == 1) & df["ok"]]
+    single = df[(df["case"] == SINGLE_CASE) & df["ok"]]
     table = single.groupby("scenario", sort=False).agg(
         decode_tps=("decode_tps", "mean"),
         decode_min=("decode_tps", "min"),
@@ -133,7 +136,7 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
     `overlap = aggregate / single-stream decode` of `reference_scenario` (the thread's "1.89x").
     """
     rounds = round_aggregates(df)
-    rounds = rounds[rounds["complete"]]
+    rounds = rounds[rounds["complete"].astype(bool)]
     table = rounds.groupby(["concurrency", "case"], sort=True).agg(
         aggregate_tps=("aggregate_tps", "mean"),
         min=("aggregate_tps", "min"),
