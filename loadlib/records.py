@@ -52,8 +52,11 @@ class RequestRecord:
     max_tokens: int | None = None
     thinking: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
     def to_json(self) -> bytes:
-        return orjson.dumps(dataclasses.asdict(self))
+        return orjson.dumps(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":

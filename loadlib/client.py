@@ -1,0 +1,152 @@
+"""The streaming chat-completions client: one request in, one `RequestRecord` out.
+
+It never raises for a failed request: every outcome, including a refused connection, an HTTP
+error, a stream without usage or with a single token, becomes a record with an `error` reason.
+Only such error-free records enter the protocol's figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loadlib.http1 import Connection, Endpoint, Response, TransportError
+from loadlib.records import RequestRecord
+from loadlib.sse import http_error_reason, parse_stream
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSettings:
+    """Request parameters shared by every request of a run (the protocol's defaults)."""
+
+    model: str
+    max_tokens: int = 512
+    temperature: float = 0.0
+    thinking: bool = False
+    api_key: str | None = None
+    timeout_s: float = 900.0
+    verify_tls: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTag:
+    """Where a request belongs in the run; copied into its record."""
+
+    scenario: str
+    cell: str
+    concurrency: int = 1
+    case: str = "single"
+    round: int = 0
+    slot: int = 0
+    worker: int = 0
+    user: int = 0
+
+
+def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens: int | None = None,
+              **extra: Any) -> dict[str, Any]:
+    """The protocol's request body: streaming with usage, temperature 0, thinking switch."""
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": messages,
+        "max_tokens": max_tokens or settings.max_tokens,
+        "temperature": settings.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"enable_thinking": settings.thinking},
+    }
+    body.update(extra)
+    return body
+
+
+class ChatClient:
+    """Sends streaming chat completions over one keep-alive connection."""
+
+    def __init__(self, base_url: str, settings: ChatSettings) -> None:
+        self.settings = settings
+        self.connection = Connection(Endpoint.parse(base_url), timeout=settings.timeout_s,
+                                     verify_tls=settings.verify_tls)
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if settings.api_key:
+            self._headers["Authorization"] = f"Bearer {settings.api_key}"
+
+    def chat(self, body: dict[str, Any], tag: RequestTag, request_id: str) -> RequestRecord:
+        """Sends one request and returns its record (never raises for a failed request)."""
+        headers = dict(self._headers, **{"X-Request-Id": request_id})
+        data = orjson.dumps(body)
+        record = RequestRecord(
+            request_id=request_id, scenario=tag.scenario, cell=tag.cell,
+            concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
+            worker=tag.worker, user=tag.user, sent_at=0.0,
+            max_tokens=body.get("max_tokens"),
+            thinking=bool((body.get("chat_template_kwargs") or {}).get("enable_thinking")),
+        )
+        try:
+            response = self.connection.request("POST", CHAT_PATH, data, headers)
+        except TransportError as exc:
+            record.error = str(exc)
+            return record
+        record.sent_at = response.sent_at
+        record.http_status = response.status
+        fill_record(record, response)
+        return record
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def fill_record(record: RequestRecord, response: Response) -> None:
+    """Copies a response's figures into its record and decides whether it is valid."""
+    if response.status != 200:
+        record.error = http_error_reason(response.status, response.body)
+        return
+    stream = parse_stream(response.pieces, response.arrivals)
+    sent = response.sent_at
+    if stream.first_token_at is not None:
+        record.ttft_s = stream.first_token_at - sent
+        record.last_chunk_s = stream.last_token_at - sent
+    end = stream.done_at if stream.done_at is not None else stream.end_at
+    if end is not None:
+        record.total_s = end - sent
+    record.completion_tokens = stream.completion_tokens
+    record.prompt_tokens = stream.prompt_tokens
+    record.cached_tokens = stream.cached_tokens
+    record.chunks = stream.chunks
+    record.finish_reason = stream.finish_reason
+    record.output_sha = stream.output_sha
+    record.error = (response.error or stream.error or _missing_piece(stream.usage, stream.first_token_at,
+                                                                      stream.done_at, record.completion_tokens))
+
+
+def _missing_piece(usage: dict | None, first_token_at: float | None, done_at: float | None,
+                   completion_tokens: int | None) -> str | None:
+    """The protocol's validity rule: a first token, a usage chunk, comp > 1, and a `[DONE]`."""
+    if usage is None:
+        return "no usage chunk"
+    if first_token_at is None:
+        return "no content chunk"
+    if completion_tokens is None or completion_tokens <= 1:
+        return "completion_tokens <= 1"
+    if done_at is None:
+        return "stream ended without [DONE]"
+    return None
+
+
+def discover_model(base_url: str, api_key: str | None = None, verify_tls: bool = True,
+                   timeout_s: float = 10.0) -> str | None:
+    """The first model id that `GET /v1/models` lists, or None if the server does not say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls)
+    try:
+        response = connection.request("GET", "/v1/models", headers=headers)
+        if response.status != 200:
+            return None
+        models = orjson.loads(response.body).get("data") or []
+        return models[0].get("id") if models else None
+    except (TransportError, orjson.JSONDecodeError, AttributeError, TypeError):
+        return None
+    finally:
+        connection.close()

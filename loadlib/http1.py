@@ -1,0 +1,376 @@
+"""A lean HTTP/1.1 client connection for streamed responses, on gevent sockets.
+
+Why not `FastHttpUser`'s client: at tens of thousands of SSE chunks per second, the cost per
+socket wake-up decides both throughput and timing accuracy. This connection does the least per
+received buffer: one `recvmsg`, the kernel's arrival timestamp (SO_TIMESTAMPNS, so a late
+greenlet does not inflate TTFT), de-chunking by offsets, one `find` for the `[DONE]` marker.
+Everything else (SSE lines, JSON) is parsed once the response has ended, off the timed path.
+
+The response is always read to its end, so the connection is reused (keep-alive).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from gevent import socket as gsocket
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_KERNEL_TIMESTAMPS = sys.platform.startswith("linux")
+_ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_TIMESTAMPS else 0
+_TIMESPEC = struct.Struct("@qq")
+_RECV_SIZE = 262144
+_DONE = b"data: [DONE]"
+_MAX_HEADER_BYTES = 65536
+
+
+class TransportError(Exception):
+    """The exchange failed below HTTP (connect, reset, timeout, bad framing); str is the reason."""
+
+
+@dataclass(slots=True)
+class Response:
+    """A response as received: body pieces with the wall-clock time each one arrived."""
+
+    status: int
+    headers: dict[str, str]
+    sent_at: float
+    pieces: list[bytes] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    complete: bool = False  # the body ended as its framing says (not cut off)
+    error: str | None = None  # transport failure after the headers, if any
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a base URL points: scheme, host, port and path prefix (without a trailing /v1)."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> "Endpoint":
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected http://HOST[:PORT] or https://HOST[:PORT], got {url!r}")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise ValueError(f"bad port in {url!r}") from None
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1"):
+            prefix = prefix[:-3]
+        return cls(parts.scheme, parts.hostname, port, prefix)
+
+    @property
+    def authority(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+class Connection:
+    """One keep-alive connection to an endpoint; reconnects after a failure or a close."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float = 900.0, verify_tls: bool = True,
+                 connect_timeout: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._tls: ssl.SSLContext | None = None
+        if endpoint.scheme == "https":
+            self._tls = ssl.create_default_context()
+            if not verify_tls:
+                self._tls.check_hostname = False
+                self._tls.verify_mode = ssl.CERT_NONE
+        self._sock: gsocket.socket | None = None
+        self._timestamps = False
+        self._host_header = f"Host: {endpoint.authority}\r\n".encode()
+
+    # --- public -------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float | None = None) -> Response:
+        """Sends one request and reads the whole response; raises TransportError before headers.
+
+        A failure after the headers (reset, timeout, cut-off body) is returned in
+        `Response.error` with what had arrived, so the caller can still record partial data.
+        """
+        head = [f"{method} {self.endpoint.prefix}{path} HTTP/1.1\r\n".encode(), self._host_header]
+        for name, value in (headers or {}).items():
+            head.append(f"{name}: {value}\r\n".encode())
+        if body is not None:
+            head.append(b"Content-Length: %d\r\n" % len(body))
+        head.append(b"\r\n")
+        payload = b"".join(head) + (body or b"")
+        deadline = time.time() + (timeout if timeout is not None else self.timeout)
+        try:
+            return self._exchange(payload, deadline)
+        except _StaleConnection:  # the server had closed the idle connection: one fresh try
+            return self._exchange(payload, deadline)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _connect(self) -> gsocket.socket:
+        ep = self.endpoint
+        try:
+            sock = gsocket.create_connection((ep.host, ep.port), timeout=self.connect_timeout)
+        except socket.timeout:
+            raise TransportError(f"connect timeout to {ep.authority}") from None
+        except OSError as exc:
+            raise TransportError(f"connect to {ep.authority}: {_os_reason(exc)}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._timestamps = False
+        if self._tls is not None:
+            try:
+                sock = self._tls.wrap_socket(sock, server_hostname=ep.host)
+            except (ssl.SSLError, OSError) as exc:
+                sock.close()
+                raise TransportError(f"TLS to {ep.authority}: {exc}") from None
+        elif _KERNEL_TIMESTAMPS:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self._timestamps = True
+            except OSError:
+                pass
+        return sock
+
+    def _recv(self, sock: gsocket.socket) -> tuple[bytes, float]:
+        """One read and the time its data arrived (kernel receive time where available)."""
+        if self._timestamps:
+            data, anc, _flags, _addr = sock.recvmsg(_RECV_SIZE, _ANC_SIZE)
+            if anc:
+                sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
+                return data, sec + nsec * 1e-9
+            return data, time.time()
+        data = sock.recv(_RECV_SIZE)
+        return data, time.time()
+
+    def _exchange(self, payload: bytes, deadline: float) -> Response:
+        reused = self._sock is not None
+        if self._sock is None:
+            self._sock = self._connect()
+        sock = self._sock
+        sock.settimeout(max(deadline - time.time(), 0.001))
+        try:
+            sent_at = time.time()
+            sock.sendall(payload)
+            head, rest, t_first = self._read_head(sock, reused)
+        except _StaleConnection:
+            self.close()
+            raise
+        except socket.timeout:
+            self.close()
+            raise TransportError("timeout before headers") from None
+        except OSError as exc:
+            self.close()
+            if reused and exc.errno in (errno.ECONNRESET, errno.EPIPE):
+                raise _StaleConnection() from None
+            raise TransportError(f"{_os_reason(exc)} before headers") from None
+        status, headers = _parse_head(head)
+        response = Response(status, headers, sent_at)
+        self._read_body(sock, response, rest, t_first, deadline)
+        if not response.complete or response.error or headers.get("connection", "").lower() == "close":
+            self.close()
+        return response
+
+    def _read_head(self, sock: gsocket.socket, reused: bool) -> tuple[bytes, bytes, float]:
+        buf = b""
+        while True:
+            data, t = self._recv(sock)
+            if not data:
+                if not buf and reused:
+                    raise _StaleConnection()
+                raise TransportError("connection closed before headers")
+            buf += data
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                return buf[:end], buf[end + 4:], t
+            if len(buf) > _MAX_HEADER_BYTES:
+                raise TransportError("response headers over 64 KiB")
+
+    def _read_body(self, sock: gsocket.socket, response: Response, rest: bytes, t: float,
+                   deadline: float) -> None:
+        headers = response.headers
+        if response.status in (204, 304) or 100 <= response.status < 200:
+            response.complete = True
+            return
+        decoder: _Body
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            decoder = _ChunkedBody(response)
+        elif "content-length" in headers:
+            try:
+                decoder = _LengthBody(response, int(headers["content-length"]))
+            except ValueError:
+                response.error = "bad Content-Length"
+                return
+        else:
+            decoder = _CloseBody(response)
+        try:
+            if rest:
+                decoder.feed(rest, t)
+            while not decoder.finished:
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    raise socket.timeout()
+                sock.settimeout(remaining if not decoder.saw_done else min(remaining, 5.0))
+                data, t = self._recv(sock)
+                if not data:
+                    decoder.eof()
+                    break
+                decoder.feed(data, t)
+        except socket.timeout:
+            if not decoder.saw_done:  # after [DONE] the stream is over; only the framing lingered
+                response.error = "timeout mid-stream"
+        except TransportError as exc:
+            response.error = str(exc)
+        except OSError as exc:
+            response.error = f"{_os_reason(exc)} mid-stream"
+        response.complete = decoder.finished
+
+
+class _StaleConnection(Exception):
+    """A reused keep-alive connection was closed by the server before answering."""
+
+
+class _Body:
+    finished = False
+    saw_done = False
+
+    def __init__(self, response: Response) -> None:
+        self.pieces = response.pieces
+        self.arrivals = response.arrivals
+        self.response = response
+
+    def _add(self, piece: bytes, t: float) -> None:
+        self.pieces.append(piece)
+        self.arrivals.append(t)
+        if not self.saw_done and _DONE in piece:
+            self.saw_done = True
+
+    def feed(self, data: bytes, t: float) -> None:
+        raise NotImplementedError
+
+    def eof(self) -> None:
+        raise TransportError("connection closed mid-stream")
+
+
+class _CloseBody(_Body):
+    """Body delimited by the connection's close (HTTP/1.0 style)."""
+
+    def feed(self, data: bytes, t: float) -> None:
+        self._add(data, t)
+
+    def eof(self) -> None:
+        self.finished = True
+
+
+class _LengthBody(_Body):
+    def __init__(self, response: Response, length: int) -> None:
+        super().__init__(response)
+        self.left = length
+        self.finished = length == 0
+
+    def feed(self, data: bytes, t: float) -> None:
+        if len(data) > self.left:
+            data = data[: self.left]
+        self._add(data, t)
+        self.left -= len(data)
+        self.finished = self.left == 0
+
+
+class _ChunkedBody(_Body):
+    """Transfer-Encoding: chunked, decoded incrementally by offsets (no copy for whole chunks)."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response)
+        self.left = 0  # payload bytes still due in the current chunk
+        self.skip = 0  # CRLF bytes still due after the current chunk
+        self.carry = b""  # an incomplete size line
+        self.trailer = False  # the zero chunk came; waiting for the final CRLF
+
+    def feed(self, data: bytes, t: float) -> None:
+        if self.carry:
+            data = self.carry + data
+            self.carry = b""
+        pos, end = 0, len(data)
+        while pos < end:
+            if self.left:
+                take = min(self.left, end - pos)
+                self._add(data if take == end else data[pos:pos + take], t)
+                self.left -= take
+                pos += take
+                if not self.left:
+                    self.skip = 2
+                continue
+            if self.skip:
+                take = min(self.skip, end - pos)
+                self.skip -= take
+                pos += take
+                continue
+            eol = data.find(b"\r\n", pos)
+            if eol < 0:
+                self.carry = data[pos:]
+                if len(self.carry) > 1024:
+                    raise TransportError("bad chunked framing")
+                return
+            line = data[pos:eol]
+            pos = eol + 2
+            if self.trailer:
+                if not line:
+                    self.finished = True
+                    return
+                continue
+            try:
+                size = int(line.split(b";", 1)[0], 16)
+            except ValueError:
+                raise TransportError("bad chunked framing") from None
+            if size == 0:
+                self.trailer = True
+            else:
+                self.left = size
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise TransportError(f"not an HTTP response: {lines[0][:60]!r}")
+    try:
+        status = int(parts[1])
+    except ValueError:
+        raise TransportError(f"bad status line: {lines[0][:60]!r}") from None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+        return "connection reset"
+    if exc.errno == errno.ECONNREFUSED:
+        return "connection refused"
+    return exc.strerror or type(exc).__name__
+

@@ -1,0 +1,70 @@
+"""`manifest.json`: what was measured, against what, with which settings (never a secret).
+
+Users post their server version, launch flags and client setup beside every result; the
+manifest keeps these with the run so that reports and comparisons can show them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+MANIFEST_FILE = "manifest.json"
+_SECRET_FLAGS = ("--api-key",)
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret flags replaced by `***`."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif arg in _SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif any(arg.startswith(flag + "=") for flag in _SECRET_FLAGS):
+            out.append(arg.split("=", 1)[0] + "=***")
+        else:
+            out.append(arg)
+    return out
+
+
+def build_manifest(opts: Any, target: str, model: str, builtin_simulator: Any = None,
+                   plan: list[Any] | None = None) -> dict[str, Any]:
+    return {
+        "tool": {"name": "uni-locust", "version": _version("uni-locust"),
+                 "locust": _version("locust"), "python": platform.python_version()},
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": redacted_argv(sys.argv),
+        "target": {"url": target, "builtin_simulator": builtin_simulator is not None,
+                   "simulator_args": getattr(opts, "sim_args", "") if builtin_simulator else None},
+        "model": model,
+        "protocol": {
+            "rounds": opts.rounds, "max_tokens": opts.max_tokens, "temperature": 0.0,
+            "thinking": opts.thinking, "concurrency": sorted({c.concurrency for c in plan or [] if c.concurrency > 1}),
+            "scenarios": list(opts.scenarios), "users": opts.num_users,
+            "processes": getattr(opts, "processes", None),
+        },
+        "client": {"host": platform.node(), "platform": platform.platform(),
+                   "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    (run_dir / MANIFEST_FILE).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None

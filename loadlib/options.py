@@ -1,0 +1,76 @@
+"""This tool's command-line options, added to Locust's own parser.
+
+They are real Locust options: they appear in `locust --help`, in the web UI's start form, and
+reach workers with the rest of the parsed options. Bad values stop the run before it starts
+with argparse's one-line error (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_CONCURRENCY = "2,4,8"
+DEFAULT_SCENARIOS = "code,en_tech,cn_chat,cn_essay"
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """`2,4,8` -> [2, 4, 8]; an empty string means none."""
+    return [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+
+
+def name_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def on_off(text: str) -> bool:
+    if text.lower() in ("on", "true", "1", "yes"):
+        return True
+    if text.lower() in ("off", "false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
+def add_arguments(parser: Any) -> None:
+    """Adds the tool's options to Locust's (configargparse) parser."""
+    group = parser.add_argument_group("uni-bench", "The uniform LLM-serving protocol")
+    group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
+    group.add_argument("--api-key", default="", include_in_web_ui=False,
+                       help="API key (default: $OPENAI_API_KEY); never written to any file")
+    group.add_argument("--rounds", type=positive_int, default=3, help="Rounds per cell (default 3)")
+    group.add_argument("--max-tokens", type=positive_int, default=512, help="max_tokens per request (default 512)")
+    group.add_argument("--thinking", type=on_off, default=False, metavar="on|off",
+                       help="chat_template_kwargs.enable_thinking (default off)")
+    group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",
+                       help="Concurrent stream counts to measure, each at most -u (default 2,4,8)")
+    group.add_argument("--scenarios", type=name_list, default=DEFAULT_SCENARIOS, metavar="NAME,...",
+                       help="Single-stream scenarios (default code,en_tech,cn_chat,cn_essay)")
+    group.add_argument("--request-timeout", type=positive_float, default=900.0,
+                       help="Seconds one request may take in all (default 900)")
+    group.add_argument("--insecure", action="store_true", default=False,
+                       help="Do not verify the server's TLS certificate")
+    group.add_argument("--run-dir", default="", help="Where the run's files go (default runs/<timestamp>-<label>)")
+    group.add_argument("--label", default="", help="A name for the run (default: sim or the target host)")
+    group.add_argument("--sim-args", default="", include_in_web_ui=False,
+                       help="Extra arguments for the built-in simulator, used when no --host is given "
+                            "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash')")

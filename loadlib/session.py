@@ -1,0 +1,268 @@
+"""Wires a protocol run into Locust: options, the built-in simulator, the run directory, the
+conductor, records from every process, the end-of-run summary, and the shape that stops it.
+
+Locust is extended only through its events and small classes: `init_command_line_parser` adds
+the options, `init` sets up each process, `test_start`/`test_stop` frame a run, custom messages
+carry assignments (master -> workers) and records (workers -> master), `report_to_master`
+carries the self-watch figures, and `ProtocolShape` ends the test when the plan is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+from locust.shape import LoadTestShape
+
+from loadlib import options
+from loadlib.client import ChatSettings, discover_model
+from loadlib.http1 import Endpoint
+from loadlib.manifest import build_manifest, write_manifest
+from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.protocol import Assignment, Conductor, prompt_body_builder, protocol_plan
+from loadlib.records import RecordJournal, RequestRecord
+from loadlib.selfwatch import SelfWatch, client_limited
+from loadlib.users import Mailbox
+
+log = logging.getLogger("uni-bench")
+
+ASSIGN_MESSAGE = "uni:assign"
+RECORD_MESSAGE = "uni:record"
+SELFWATCH_KEY = "uni_selfwatch"
+
+
+def install() -> None:
+    """Registers the session's listeners on Locust's global events (call once per locustfile)."""
+    events.init_command_line_parser.add_listener(options.add_arguments)
+    events.init.add_listener(_on_init)
+
+
+class RunSession:
+    """The coordinating side of a run (master or local runner): one per Locust process."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self.opts = environment.parsed_options
+        self.simulator: Any = None
+        self.run_dir: Path | None = None
+        self.journal: RecordJournal | None = None
+        self.conductor: Conductor | None = None
+        self.manifest: dict[str, Any] = {}
+        self.records: list[dict[str, Any]] = []
+        self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
+        self.summarized = True
+        self._runs = 0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start_target(self) -> None:
+        """Checks the inputs, then starts the built-in simulator when no --host was given."""
+        unknown = [name for name in self.opts.scenarios if name not in PROTOCOL_PROMPTS]
+        if unknown:
+            _usage_error(f"--scenarios: unknown scenario {unknown[0]!r} "
+                         f"(known: {', '.join(PROTOCOL_PROMPTS)})")
+        check_run_dir_free(self.opts.run_dir)
+        if not self.environment.host:
+            from loadlib.sim.process import start_simulator
+
+            self.simulator = start_simulator(shlex.split(self.opts.sim_args))
+            self.environment.host = self.simulator.url
+            log.info("No --host given: started the built-in simulator at %s", self.simulator.url)
+        else:
+            try:
+                Endpoint.parse(self.environment.host)
+            except ValueError as exc:
+                _usage_error(f"--host: {exc}")
+
+    def stop_target(self) -> None:
+        if self.simulator is not None:
+            self.simulator.stop()
+            self.simulator = None
+
+    def begin(self) -> None:
+        """A test starts: new run directory, manifest, conductor."""
+        opts = self.opts
+        self._runs += 1
+        self.run_dir = _new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
+        self.journal = RecordJournal(self.run_dir)
+        self.records = []
+        self.summarized = False
+        api_key = _api_key(opts)
+        model = opts.model or discover_model(self.environment.host, api_key, not opts.insecure) or "default"
+        settings = _settings(opts, model, api_key)
+        concurrency = [n for n in opts.concurrency if n <= max(self.environment.runner.target_user_count or 0,
+                                                               opts.num_users or 1)]
+        plan = protocol_plan(opts.scenarios, concurrency, opts.rounds)
+        self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
+                                       plan=plan)
+        write_manifest(self.run_dir, self.manifest)
+        self.conductor = Conductor(plan, prompt_body_builder(settings), self._dispatch, self._capacity,
+                                   lead_time_s=0.25 if self._distributed else 0.05,
+                                   round_timeout_s=opts.request_timeout + 60)
+        log.info("Run directory: %s (%d cells, model %s)", self.run_dir, len(plan), model)
+        gevent.spawn(self.conductor.run)
+
+    def end(self) -> None:
+        """A test stops (finished, stopped or interrupted): print and save the summary once."""
+        if self.summarized or self.run_dir is None:
+            return
+        self.summarized = True
+        from analysis.summary import render_protocol_summary
+
+        text = render_protocol_summary(self.records, self.manifest)
+        notes = client_limited(self.selfwatch_snapshots())
+        if notes:
+            text += "\nCLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(notes) + "\n"
+        if self.conductor is not None and not self.conductor.finished.is_set():
+            text += "\nThe run was cut short: the figures cover only the rounds that finished.\n"
+        (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
+        if self.journal is not None:
+            self.journal.close()
+        print(text, flush=True)
+        print(f"Run files: {self.run_dir}  (recompute with: python -m analysis report {self.run_dir})",
+              flush=True)
+
+    # --- records and assignments --------------------------------------------------------------
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        if self.journal is None or self.conductor is None:
+            return
+        self.journal.append(RequestRecord.from_dict(record))
+        self.records.append(record)
+        self.conductor.on_record(record["request_id"])
+
+    @property
+    def _distributed(self) -> bool:
+        return isinstance(self.environment.runner, MasterRunner)
+
+    def _capacity(self) -> int:
+        return self.environment.runner.user_count
+
+    def _dispatch(self, assignments: list[Assignment]) -> None:
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner):
+            self.environment.uni_mailbox.post(assignments)
+            return
+        workers = [(node.id, node.user_count) for node in runner.clients.values() if node.user_count > 0]
+        shares: dict[str, list[dict[str, Any]]] = {}
+        for assignment, worker_id in zip(assignments, _round_robin(workers)):
+            shares.setdefault(worker_id, []).append(assignment.to_message())
+        for worker_id, messages in shares.items():
+            runner.send_message(ASSIGN_MESSAGE, messages, client_id=worker_id)
+
+    def selfwatch_snapshots(self) -> list[dict[str, Any]]:
+        snaps = list(self.selfwatch_by_worker.values())
+        watch = getattr(self.environment, "uni_selfwatch", None)
+        if watch is not None and not self._distributed:
+            snaps.append(watch.snapshot())
+        return snaps
+
+    def _default_label(self) -> str:
+        if self.simulator is not None:
+            return "sim"
+        return Endpoint.parse(self.environment.host).host.replace(".", "-")
+
+
+class ProtocolShape(LoadTestShape):
+    """Spawns all `-u` users at once and stops the test when the protocol plan is done."""
+
+    use_common_options = True
+
+    def tick(self) -> tuple[int, float] | None:
+        environment = self.runner.environment
+        session: RunSession | None = getattr(environment, "uni_session", None)
+        if session and session.conductor is not None and session.conductor.finished.is_set():
+            return None
+        users = environment.parsed_options.num_users or 1
+        return users, float(users)
+
+
+# --- event listeners ----------------------------------------------------------------------------
+
+def _on_init(environment: Environment, **_kwargs: Any) -> None:
+    opts = environment.parsed_options
+    runner = environment.runner
+    if opts is None or runner is None:
+        return
+    watch = SelfWatch()
+    environment.uni_selfwatch = watch
+    if isinstance(runner, WorkerRunner):
+        environment.uni_mailbox = Mailbox(lambda record: runner.send_message(RECORD_MESSAGE, record.to_dict()),
+                                          _settings(opts, "", _api_key(opts)))
+        runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: environment.uni_mailbox.post(
+            [Assignment.from_message(data) for data in msg.data]))
+        environment.events.report_to_master.add_listener(
+            lambda client_id, data: data.__setitem__(SELFWATCH_KEY, watch.snapshot()))
+        environment.events.test_start.add_listener(lambda **_: watch.start())
+        environment.events.test_stop.add_listener(lambda **_: watch.stop())
+        return
+    session = RunSession(environment)
+    environment.uni_session = session
+    session.start_target()
+    environment.uni_mailbox = Mailbox(lambda record: session.on_record(record.to_dict()),
+                                      _settings(opts, "", _api_key(opts)))
+    if isinstance(runner, MasterRunner):
+        runner.register_message(RECORD_MESSAGE, lambda msg, **_: session.on_record(msg.data))
+        environment.events.worker_report.add_listener(
+            lambda client_id, data: SELFWATCH_KEY in data and session.selfwatch_by_worker.__setitem__(
+                client_id, data[SELFWATCH_KEY]))
+    else:
+        environment.events.test_start.add_listener(lambda **_: watch.start())
+    environment.events.test_start.add_listener(lambda **_: session.begin())
+    environment.events.test_stop.add_listener(lambda **_: session.end())
+    environment.events.quitting.add_listener(lambda **_: session.stop_target())
+
+
+def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
+    return ChatSettings(model=model, max_tokens=opts.max_tokens, thinking=opts.thinking,
+                        api_key=api_key, timeout_s=opts.request_timeout, verify_tls=not opts.insecure)
+
+
+def _api_key(opts: Any) -> str | None:
+    return opts.api_key or os.environ.get("OPENAI_API_KEY") or None
+
+
+def _round_robin(workers: list[tuple[str, int]]) -> list[str]:
+    """Worker ids in the order streams go to them: one each in turn while they have users."""
+    left = dict(workers)
+    order: list[str] = []
+    while any(left.values()):
+        for worker_id, _count in workers:
+            if left[worker_id]:
+                order.append(worker_id)
+                left[worker_id] -= 1
+    return order
+
+
+def _new_run_dir(requested: str, run_number: int, label: str) -> Path:
+    if requested:
+        path = Path(requested if run_number == 1 else f"{requested}-{run_number}")
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path("runs") / f"{stamp}-{label}"
+        suffix = 2
+        while path.exists():
+            path = Path("runs") / f"{stamp}-{label}-{suffix}"
+            suffix += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _usage_error(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(2)
+
+
+def check_run_dir_free(requested: str) -> None:
+    """An explicit --run-dir that already holds records is refused before anything starts."""
+    if requested and (Path(requested) / "records.jsonl").exists():
+        _usage_error(f"--run-dir {requested}: already holds a run; choose another directory")

@@ -1,0 +1,96 @@
+"""Engine settings, and named presets that set all of them at once.
+
+A preset describes one real deployment (GPUs, tp size, model, speculative settings) as the
+numbers the engine needs: the launch flags it mirrors (max running requests, chunked prefill
+size, draft block size, context length, ...) and a timing model calibrated against published
+measurements (see CALIBRATION.md and benchmarks/calibrate.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything one simulated instance needs; CLI flags override a preset's values.
+
+    Timing model (seconds, before `time_scale`):
+    - a prefill step over chunks of n new tokens each after c tokens of context costs
+      `prefill_step_s + sum(n * prefill_token_s + ((c + n)**2 - c**2) * prefill_quad_s)`;
+    - a verify (decode) step with B running requests and C context tokens in total costs
+      `verify_step_s + (B - 1) * verify_extra_req_s + C * verify_ctx_token_s`;
+    - a verify step gives each request 1..`speculative_num_draft_tokens` tokens, drawn from a
+      truncated geometric law whose mean is `accept[domain]` (`reasoning_accept[domain]` while it
+      is thinking).
+    """
+
+    # server
+    served_model_name: str = "default"
+    version: str = "0.5.9-sim"
+    flavor: str = "sglang"
+    enable_cache_report: bool = False
+    # scheduler and memory
+    max_running_requests: int = 2
+    chunked_prefill_size: int = 2048
+    max_prefill_tokens: int = 8192
+    context_length: int = 262144
+    radix_cache_tokens: int = 600_000
+    disable_radix_cache: bool = False
+    page_size: int = 1
+    # speculative decoding
+    speculative_algorithm: str = "DFLASH"
+    speculative_num_draft_tokens: int = 8
+    accept: dict[str, float] = field(default_factory=lambda: {
+        "code": 6.4, "en_tech": 3.66, "cn_chat": 2.58, "cn_essay": 1.61})
+    reasoning_accept: dict[str, float] = field(default_factory=lambda: {
+        "code": 3.67, "en_tech": 2.71, "cn_chat": 2.0, "cn_essay": 1.68})
+    # timing model
+    time_scale: float = 1.0
+    prefill_step_s: float = 0.1
+    prefill_token_s: float = 5.4e-4
+    prefill_quad_s: float = 2.4e-9
+    verify_step_s: float = 0.0259
+    verify_extra_req_s: float = 0.0038
+    verify_ctx_token_s: float = 2e-8
+    # output length when max_tokens does not decide: natural_base + (prompt hash % natural_span)
+    natural_base: int = 1088
+    natural_span: int = 1024
+    thinking_base: int = 640
+    thinking_span: int = 640
+    # launch flags reported by /get_server_info (informational)
+    tp_size: int = 1
+    model_path: str = "default"
+    kv_cache_dtype: str = "auto"
+    mem_fraction_static: float = 0.9
+    extra_server_args: dict[str, Any] = field(default_factory=dict)
+
+    def with_overrides(self, **overrides: Any) -> "SimConfig":
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in overrides.items() if k in known and v is not None})
+
+
+PRESETS: dict[str, SimConfig] = {
+    # applejuice's box in the seed thread: 2x RTX 3090, no NVLink (NCCL P2P disabled), tp=2,
+    # Qwen3.8-27B AWQ + DFlash2 draft (block 8), fp8_e5m2 KV, max running requests 2.
+    "3090x2-tp2-dflash": SimConfig(
+        served_model_name="Qwen3.8-27B-AWQ",
+        model_path="/path/to/Qwen3.8-27B-AWQ",
+        version="0.5.19.dev990-sim",
+        tp_size=2,
+        kv_cache_dtype="fp8_e5m2",
+        mem_fraction_static=0.93,
+        enable_cache_report=True,
+        extra_server_args={
+            "speculative_draft_model_path": "/path/to/Qwen3.8-27B-DFlash2",
+            "speculative_dflash_block_size": 8,
+            "reasoning_parser": "qwen3",
+            "tool_call_parser": "qwen3_coder",
+            "sampling_backend": "pytorch",
+            "disable_custom_all_reduce": True,
+            "disable_prefill_cuda_graph": True,
+        },
+    ),
+}
+DEFAULT_PRESET = "3090x2-tp2-dflash"

@@ -1,0 +1,19 @@
+"""The uniform LLM-serving protocol ("uni-bench") as a Locust test.
+
+    locust -f locustfiles/dflash.py --headless -u 8                      # built-in simulator
+    locust -f locustfiles/dflash.py --headless -u 8 --host http://gpu-box:8000
+
+Single stream over the thread's four scenarios, then 2, 4 and 8 streams started together on the
+same prompt (prefix-cache hit) and on different prompts, `--rounds` rounds each. Every request
+is kept in runs/<run>/records.jsonl; the summary at the end is the thread's tables.
+"""
+
+from loadlib import session
+from loadlib.session import ProtocolShape  # noqa: F401  (Locust picks the shape up from here)
+from loadlib.users import AssignedUser
+
+session.install()
+
+
+class ProtocolUser(AssignedUser):
+    """One stream slot: runs the requests the protocol's conductor assigns to it."""

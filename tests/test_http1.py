@@ -1,0 +1,142 @@
+"""HTTP/1.1 framing of the lean client, against a raw socket server on loopback."""
+
+import socket
+
+import gevent
+import pytest
+from gevent.server import StreamServer
+
+from loadlib.http1 import Connection, Endpoint, TransportError
+
+
+def serve(responses):
+    """A server that answers each request on a connection with the next canned action.
+
+    An action is a list of byte strings written with a short pause between them, or a
+    callable taking the socket.
+    """
+    queue = list(responses)
+
+    def handle(sock, _addr):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while queue:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                more = sock.recv(65536)
+                if not more:
+                    return
+                data += more
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")), 0)
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            action = queue.pop(0)
+            if callable(action):
+                action(sock)
+                return
+            for part in action:
+                sock.sendall(part)
+                gevent.sleep(0.002)
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    return server
+
+
+def chunked(*payloads: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in payloads) + b"0\r\n\r\n"
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.fixture
+def connect():
+    servers, conns = [], []
+
+    def make(responses, timeout=5.0):
+        server = serve(responses)
+        servers.append(server)
+        conn = Connection(Endpoint.parse(f"http://127.0.0.1:{server.server_port}"), timeout=timeout)
+        conns.append(conn)
+        return conn
+
+    yield make
+    for conn in conns:
+        conn.close()
+    for server in servers:
+        server.stop()
+
+
+def test_chunked_body_split_at_every_byte_boundary_is_reassembled(connect):
+    body = chunked(b"data: a\n\n", b"data: [DONE]\n\n")
+    raw = HEAD + body
+    conn = connect([[raw[:i], raw[i:]] for i in range(1, len(raw))])
+    for _ in range(1, len(raw)):
+        response = conn.request("POST", "/v1/chat/completions", b"{}")
+        assert response.status == 200 and response.complete and response.error is None
+        assert response.body == b"data: a\n\ndata: [DONE]\n\n"
+
+
+def test_arrival_times_increase_with_each_piece(connect):
+    conn = connect([[HEAD, chunked(b"data: a\n\n")[:-5], b"0\r\n\r\n"]])
+    response = conn.request("GET", "/")
+    assert len(response.arrivals) == 1 and response.arrivals[0] >= response.sent_at
+
+
+def test_content_length_and_keep_alive_reuse(connect):
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    conn = connect([[ok], [ok]])
+    assert conn.request("GET", "/a").body == b"hello"
+    sock = conn._sock
+    assert conn.request("GET", "/b").body == b"hello"
+    assert conn._sock is sock
+
+
+def test_close_delimited_body(connect):
+    conn = connect([lambda s: (s.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbye"), s.close())])
+    response = conn.request("GET", "/")
+    assert response.body == b"bye" and response.complete
+
+
+def test_reset_mid_stream_keeps_what_arrived(connect):
+    def cut(sock):
+        sock.sendall(HEAD + b"9\r\ndata: a\n\n\r\n")
+        gevent.sleep(0.01)
+        sock.close()
+    conn = connect([cut])
+    response = conn.request("POST", "/", b"{}")
+    assert response.error == "connection closed mid-stream"
+    assert response.body == b"data: a\n\n" and not response.complete
+
+
+def test_connection_refused_is_a_transport_error():
+    server = StreamServer(("127.0.0.1", 0), lambda s, a: None)
+    server.start()
+    port = server.server_port
+    server.stop()
+    conn = Connection(Endpoint.parse(f"http://127.0.0.1:{port}"))
+    with pytest.raises(TransportError, match="connection refused"):
+        conn.request("GET", "/")
+
+
+def test_stall_beyond_the_timeout_is_a_timeout_mid_stream(connect):
+    conn = connect([lambda s: (s.sendall(HEAD + b"9\r\ndata: a\n\n\r\n"), gevent.sleep(1.0))], timeout=0.3)
+    response = conn.request("GET", "/")
+    assert response.error == "timeout mid-stream"
+
+
+def test_server_closing_an_idle_keep_alive_connection_is_retried_once(connect):
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    conn = connect([lambda s: (s.sendall(ok), s.close()), [ok]])
+    assert conn.request("GET", "/").body == b"ok"
+    gevent.sleep(0.01)
+    assert conn.request("GET", "/").body == b"ok"
+
+
+def test_base_url_prefix_and_v1_suffix():
+    assert Endpoint.parse("http://h:8000/v1").prefix == ""
+    assert Endpoint.parse("https://h/proxy/v1/").prefix == "/proxy"
+    assert Endpoint.parse("https://h").port == 443
+    with pytest.raises(ValueError):
+        Endpoint.parse("gpu-box:8000")
