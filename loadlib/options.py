@@ -53,7 +53,7 @@ def on_off(text: str) -> bool:
 
 def add_arguments(parser: Any) -> None:
     """Adds the tool's options to Locust's (configargparse) parser."""
-    group = parser.add_argument_group("uni-bench", "The uniform LLM-serving protocol")
+    group = parser  # Locust's own add_argument (not a group's) knows include_in_web_ui
     group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
     group.add_argument("--api-key", default="", include_in_web_ui=False,
                        help="API key (default: $OPENAI_API_KEY); never written to any file")
