@@ -1,0 +1,102 @@
+"""`python -m loadlib.sim`: start one or more simulated instances and serve until signalled.
+
+Prints `loadlib.sim listening on http://HOST:PORT` once per instance (flushed), so a parent
+process can wait for readiness; SIGTERM and SIGINT stop it cleanly with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+import gevent
+
+from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
+from loadlib.sim.server import SimServer
+from loadlib.sim.trace import TraceWriter
+from loadlib.sim.wire import SHAPES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit status 2
+        self.exit(2, f"loadlib.sim: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m loadlib.sim", description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000,
+                   help="first port; instance i listens on port+i; 0 picks free ports")
+    p.add_argument("--instances", type=_positive_int, default=1,
+                   help="independent engines on consecutive ports")
+    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
+                   help=f"engine parameters of a real deployment (default {DEFAULT_PRESET})")
+    p.add_argument("--time-scale", type=_positive_float,
+                   help="multiply every simulated duration by this (0.05 runs 20x faster)")
+    p.add_argument("--trace", help="append one JSON line per finished request to this file")
+    p.add_argument("--flavor", choices=sorted(SHAPES), help="wire shapes of this server")
+    p.add_argument("--served-model-name", help="model id in /v1/models and responses")
+    g = p.add_argument_group("engine (SGLang launch flags; override the preset)")
+    g.add_argument("--max-running-requests", type=_positive_int)
+    g.add_argument("--chunked-prefill-size", type=int)
+    g.add_argument("--max-prefill-tokens", type=_positive_int)
+    g.add_argument("--context-length", type=_positive_int)
+    g.add_argument("--speculative-num-draft-tokens", type=_positive_int,
+                   help="draft block size: a verify step yields 1..N tokens")
+    g.add_argument("--page-size", type=_positive_int)
+    g.add_argument("--radix-cache-tokens", type=_positive_int, help="radix cache capacity (tokens)")
+    g.add_argument("--disable-radix-cache", action="store_true", default=None)
+    g.add_argument("--enable-cache-report", action="store_true", default=None,
+                   help="report usage.prompt_tokens_details.cached_tokens")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return PRESETS[args.preset].with_overrides(**vars(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    trace = TraceWriter(args.trace) if args.trace else None
+    servers = []
+    try:
+        for i in range(args.instances):
+            server = SimServer(cfg, args.host, args.port + i if args.port else 0, trace)
+            server.start()
+            servers.append(server)
+    except OSError as exc:
+        print(f"loadlib.sim: error: cannot listen on {args.host}:{args.port}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    for server in servers:
+        print(f"loadlib.sim listening on http://{args.host}:{server.port}", flush=True)
+    stop = gevent.event.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, stop.set)
+    stop.wait()
+    for server in servers:
+        server.stop()
+    if trace is not None:
+        trace.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""The continuous-batching engine: one scheduler loop over simulated time.
+
+Like SGLang's scheduler, each iteration is either a prefill step (new requests' uncached prompt
+tokens, in chunks of `chunked_prefill_size`, which pauses decoding) or one verify step for every
+running request; at most `max_running_requests` requests hold a slot and the rest wait in FCFS
+order. Step durations come from the preset's timing model, multiplied by `time_scale`, and the
+loop keeps an absolute schedule (a late wake-up is measured as scheduling lag, not added to the
+next step). The engine knows nothing about HTTP: a request's `on_step(start, end, done)` callback
+receives each step's new tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import hashlib
+import random
+from array import array
+from functools import lru_cache
+from time import monotonic
+from typing import Callable
+
+import gevent
+from gevent.event import Event
+
+from loadlib.sim import content, tokenizer
+from loadlib.sim.presets import SimConfig
+from loadlib.sim.radix import RadixCache
+
+StepCallback = Callable[[int, int, bool], None]
+
+
+@lru_cache(maxsize=256)
+def accept_cdf(mean: float, block: int) -> tuple[float, ...]:
+    """Cumulative law of tokens per verify step (1..block) with the given mean.
+
+    Each of the block - 1 draft tokens is accepted with probability p only if all earlier ones
+    were (a truncated geometric law, as in chain speculative decoding); p is solved from the mean.
+    """
+    mean = min(max(mean, 1.0), float(block))
+
+    def expected(p: float) -> float:
+        return sum(p ** i for i in range(block))
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected(mid) < mean else (lo, mid)
+    p = (lo + hi) / 2
+    cdf, total = [], 0.0
+    for g in range(1, block):
+        total += p ** (g - 1) * (1 - p)
+        cdf.append(total)
+    return tuple(cdf)
+
+
+class SimRequest:
+    """One generation request as the engine sees it (token counts, cache state, progress)."""
+
+    __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "prefilled", "limit",
+                 "output", "domain", "generated", "finish_reason", "aborted", "on_step",
+                 "_cdf", "_cdf_reasoning", "_rng")
+
+    def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, domain: str,
+                 limit: int, finish_reason: str, cdf: tuple[float, ...],
+                 cdf_reasoning: tuple[float, ...], rng: random.Random) -> None:
+        self.rid = rid
+        self.prompt_ids = prompt_ids
+        self.prompt_tokens = len(prompt_ids)
+        self.cached_tokens = 0
+        self.prefilled = -1  # -1: not yet matched against the radix cache
+        self.limit = limit  # tokens this request will generate in total
+        self.output = output
+        self.domain = domain
+        self.generated = 0
+        self.finish_reason = finish_reason  # what ends it when `generated` reaches `limit`
+        self.aborted = False
+        self.on_step: StepCallback = _ignore
+        self._cdf = cdf
+        self._cdf_reasoning = cdf_reasoning
+        self._rng = rng
+
+    def draw_step(self) -> int:
+        """Tokens this verify step adds (1 + accepted drafts), reproducible per prompt."""
+        cdf = self._cdf_reasoning if self.generated < self.output.reasoning_len else self._cdf
+        return bisect.bisect_right(cdf, self._rng.random()) + 1
+
+
+def _ignore(start: int, end: int, done: bool) -> None:
+    return None
+
+
+class Stats:
+    """Counters the /metrics and /get_server_info endpoints report."""
+
+    def __init__(self) -> None:
+        self.requests_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.verify_steps_total = 0  # request-steps: one per request per verify step
+        self.verify_tokens_total = 0
+        self.lag_s: collections.deque[float] = collections.deque(maxlen=20000)
+        self.recent_accept: collections.deque[float] = collections.deque(maxlen=512)
+
+
+class Engine:
+    """A simulated SGLang instance: queue, batch, radix cache and the step loop."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.radix = RadixCache(cfg.radix_cache_tokens, cfg.page_size)
+        self.waiting: collections.deque[SimRequest] = collections.deque()
+        self.running: list[SimRequest] = []
+        self.stats = Stats()
+        self._chunked: SimRequest | None = None
+        self._work = Event()
+        self._loop: gevent.Greenlet | None = None
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def make_request(self, rid: str, messages: list[dict], max_tokens: int | None,
+                     temperature: float, thinking: bool,
+                     natural_tokens: int | None = None) -> SimRequest:
+        """Tokenizes and prepares a request; output and acceptance depend only on the prompt
+        (and thinking) at temperature 0."""
+        cfg = self.cfg
+        ids = tokenizer.encode_chat(messages, thinking)
+        seed = int.from_bytes(hashlib.blake2b(array("q", ids).tobytes(), digest_size=8).digest(),
+                              "little")
+        rng_seed = seed if temperature <= 0 else random.getrandbits(64)
+        user_text = " ".join(tokenizer.message_text(m.get("content")) for m in messages
+                             if m.get("role") == "user")
+        domain = content.classify(user_text)
+        answer = natural_tokens if natural_tokens is not None else (
+            cfg.natural_base + seed % max(1, cfg.natural_span))
+        reasoning = (cfg.thinking_base + (seed >> 24) % max(1, cfg.thinking_span)) if thinking else 0
+        output = content.output_for(rng_seed, domain, max(1, answer), reasoning)
+        natural = len(output.texts)
+        room = max(1, cfg.context_length - len(ids))
+        cap = min(max_tokens if max_tokens is not None else natural, room)
+        limit, finish = (natural, "stop") if natural <= cap else (cap, "length")
+        block = cfg.speculative_num_draft_tokens
+        return SimRequest(rid, ids, output, domain, limit, finish,
+                          accept_cdf(cfg.accept.get(domain, 2.0), block),
+                          accept_cdf(cfg.reasoning_accept.get(domain, 2.0), block),
+                          random.Random(rng_seed ^ 0x5EED))
+
+    def submit(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+        self._work.set()
+
+    def abort(self, req: SimRequest) -> None:
+        """Drops a request (its client went away); it leaves the batch at the next step."""
+        req.aborted = True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running or self._chunked)
+
+    def flush_cache(self) -> bool:
+        """Empties the radix cache; refused (False) while requests are queued or running."""
+        if self.busy:
+            return False
+        self.radix.reset()
+        return True
+
+    # --- loop ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.kill()
+
+    def _run(self) -> None:
+        next_t = monotonic()
+        scale = self.cfg.time_scale
+        while True:
+            if not self.busy:
+                self._work.clear()
+                self._work.wait()
+                next_t = monotonic()
+            batch = self._prefill_batch()
+            if batch:
+                next_t += self._prefill_duration(batch) * scale
+                self._sleep_until(next_t)
+                self._finish_prefill(batch)
+            elif self.running:
+                if any(r.aborted for r in self.running):
+                    self.running = [r for r in self.running if not r.aborted]
+                    continue
+                next_t += self._verify_duration() * scale
+                self._sleep_until(next_t)
+                self._verify_step()
+
+    def _sleep_until(self, target: float) -> None:
+        while True:
+            delay = target - monotonic()
+            if delay <= 0:
+                break
+            gevent.sleep(delay)
+        self.stats.lag_s.append(monotonic() - target)
+
+    # --- prefill --------------------------------------------------------------------------------
+
+    def _prefill_batch(self) -> list[tuple[SimRequest, int]]:
+        """The next prefill step's (request, new tokens) pairs, FCFS within the token budget."""
+        cfg = self.cfg
+        budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else cfg.max_prefill_tokens
+        budget = min(budget, cfg.max_prefill_tokens)
+        batch: list[tuple[SimRequest, int]] = []
+        slots = cfg.max_running_requests - len(self.running)
+        if self._chunked is not None:
+            req, self._chunked = self._chunked, None
+            slots -= 1
+            if not req.aborted:
+                n = min(req.prompt_tokens - req.prefilled, budget)
+                batch.append((req, n))
+                budget -= n
+                if req.prefilled + n < req.prompt_tokens:
+                    self._chunked = req
+                    return batch
+        while self.waiting and slots > 0 and budget > 0:
+            req = self.waiting.popleft()
+            if req.aborted:
+                continue
+            if req.prefilled < 0:
+                matched = 0 if cfg.disable_radix_cache else self.radix.match(req.prompt_ids[:-1])
+                req.cached_tokens = req.prefilled = matched
+            n = min(req.prompt_tokens - req.prefilled, budget)
+            batch.append((req, n))
+            budget -= n
+            slots -= 1
+            if req.prefilled + n < req.prompt_tokens:
+                self._chunked = req
+                break
+        return batch
+
+    def _prefill_duration(self, batch: list[tuple[SimRequest, int]]) -> float:
+        cfg = self.cfg
+        total = cfg.prefill_step_s
+        for req, n in batch:
+            c = req.prefilled
+            total += n * cfg.prefill_token_s + ((c + n) ** 2 - c ** 2) * cfg.prefill_quad_s
+        return total
+
+    def _finish_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
+        for req, n in batch:
+            req.prefilled += n
+            if req.aborted or req.prefilled < req.prompt_tokens:
+                continue
+            if not self.cfg.disable_radix_cache:
+                self.radix.insert(req.prompt_ids)
+            self.stats.prompt_tokens_total += req.prompt_tokens
+            self.stats.cached_tokens_total += req.cached_tokens
+            req.generated = 1  # prefill samples the first token
+            if req.limit <= 1:
+                self._finish(req)
+                req.on_step(0, 1, True)
+            else:
+                self.running.append(req)
+                req.on_step(0, 1, False)
+
+    # --- decode ---------------------------------------------------------------------------------
+
+    def _verify_duration(self) -> float:
+        cfg = self.cfg
+        ctx = 0
+        for r in self.running:
+            ctx += r.prompt_tokens + r.generated
+        return (cfg.verify_step_s + (len(self.running) - 1) * cfg.verify_extra_req_s
+                + ctx * cfg.verify_ctx_token_s)
+
+    def _verify_step(self) -> None:
+        stats = self.stats
+        still: list[SimRequest] = []
+        step_tokens = 0
+        for req in self.running:
+            if req.aborted:
+                continue
+            start = req.generated
+            gain = req.draw_step()
+            step_tokens += gain
+            end = start + gain
+            if end >= req.limit:
+                req.generated = req.limit
+                self._finish(req)
+                req.on_step(start, req.limit, True)
+            else:
+                req.generated = end
+                still.append(req)
+                req.on_step(start, end, False)
+        n = len(self.running)
+        stats.verify_steps_total += n
+        stats.verify_tokens_total += step_tokens
+        if n:
+            stats.recent_accept.append(step_tokens / n)
+        self.running = still
+
+    def _finish(self, req: SimRequest) -> None:
+        stats = self.stats
+        stats.requests_total += 1
+        stats.generation_tokens_total += req.limit
+        if not self.cfg.disable_radix_cache:
+            out_ids = [tokenizer.piece_id(t) for t in req.output.texts[:req.limit - 1]]
+            self.radix.insert(req.prompt_ids + out_ids)

@@ -1,0 +1,79 @@
+"""The engine's behaviour seen through real HTTP: batching bound, queueing, radix cache, speed
+of acceptance by content, time scaling. Timestamps come from the simulator's own trace."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import chat, chat_payload
+
+from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.sim.process import start_simulator
+
+
+def read_trace(path) -> dict[str, dict]:
+    return {r["request_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sim") / "trace.jsonl"
+    with start_simulator(["--time-scale", "0.05", "--max-running-requests", "2",
+                          "--trace", str(path)]) as proc:
+        yield proc, path
+
+
+def test_at_most_max_running_requests_decode_at_once_and_the_rest_queue(traced):
+    sim, path = traced
+    ids = [f"batch-{uuid.uuid4().hex[:8]}" for _ in range(5)]
+    with ThreadPoolExecutor(5) as pool:
+        replies = list(pool.map(lambda rid: chat(sim.url, max_tokens=48, headers={"X-Request-Id": rid}), ids))
+    assert all(r.usage["completion_tokens"] == 48 for r in replies)
+    trace = read_trace(path)
+    spans = sorted((trace[i]["first_token_at"], trace[i]["done_at"]) for i in ids)
+    for start, _ in spans:
+        assert sum(1 for s, e in spans if s <= start < e) <= 2
+    assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third waited for a free slot
+
+
+def test_trace_records_each_request(traced):
+    sim, path = traced
+    reply = chat(sim.url, max_tokens=30, headers={"X-Request-Id": "trace-one"})
+    record = read_trace(path)["trace-one"]
+    assert record["completion_tokens"] == 30 == reply.usage["completion_tokens"]
+    assert record["prompt_tokens"] == reply.usage["prompt_tokens"]
+    assert record["chunks"] == len(reply.token_chunks)
+    assert record["received_at"] < record["first_token_at"] <= record["last_token_at"] <= record["done_at"]
+
+
+def test_identical_prompt_hits_the_radix_cache(traced):
+    sim, _ = traced
+    prompt = f"Explain request {uuid.uuid4().hex} in detail."
+    cold = chat(sim.url, prompt=prompt, max_tokens=8).usage
+    warm = chat(sim.url, prompt=prompt, max_tokens=8).usage
+    assert cold["prompt_tokens_details"]["cached_tokens"] < 10
+    assert warm["prompt_tokens_details"]["cached_tokens"] == warm["prompt_tokens"] - 1
+
+
+def test_code_accepts_more_tokens_per_chunk_than_prose(traced):
+    sim, _ = traced
+    per_chunk = {}
+    for name in ("code", "en_tech", "cn_chat", "cn_essay"):
+        reply = chat(sim.url, prompt=PROTOCOL_PROMPTS[name], max_tokens=512)
+        per_chunk[name] = reply.usage["completion_tokens"] / len(reply.token_chunks)
+    assert per_chunk["code"] > per_chunk["en_tech"] > per_chunk["cn_chat"] > per_chunk["cn_essay"] > 1
+    assert per_chunk["code"] > 5 and per_chunk["cn_essay"] < 2.2
+
+
+def test_time_scale_shrinks_simulated_durations(tmp_path):
+    # 0.2 x (prefill ~0.13 s + 15 verify steps x ~26 ms) ~ 0.1 s; bounds are deliberately loose.
+    path = tmp_path / "trace.jsonl"
+    with start_simulator(["--time-scale", "0.2", "--trace", str(path)]) as sim:
+        chat(sim.url, max_tokens=90, headers={"X-Request-Id": "scaled"})
+    record = read_trace(path)["scaled"]
+    steps = record["chunks"] - 1
+    decode = record["done_at"] - record["first_token_at"]
+    assert 0.5 * 0.2 * 0.0259 * steps < decode < 3 * 0.2 * 0.0259 * steps
