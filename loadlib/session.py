@@ -119,7 +119,10 @@ class RunSession:
         from analysis.summary import render_protocol_summary
 
         text = render_protocol_summary(self.records, self.manifest)
-        notes = client_limited(self.selfwatch_snapshots())
+        snapshots = self.selfwatch_snapshots()
+        self.manifest["client_watch"] = snapshots
+        write_manifest(self.run_dir, self.manifest)
+        notes = client_limited(snapshots)
         if notes:
             text += "\nCLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(notes) + "\n"
         if self.conductor is not None and not self.conductor.finished.is_set():
@@ -217,6 +220,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
                 client_id, data[SELFWATCH_KEY]))
     else:
         environment.events.test_start.add_listener(lambda **_: watch.start())
+        environment.events.test_stop.add_listener(lambda **_: watch.stop())
     environment.events.test_start.add_listener(lambda **_: session.begin())
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: session.stop_target())

@@ -1,0 +1,154 @@
+"""The protocol end to end: real headless Locust against the simulator over loopback HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pandas as pd
+import pytest
+
+from analysis.summary import protocol_summary
+from loadlib import metrics
+from loadlib.records import read_records
+from tests.conftest import FAST_SIM, run_locust
+
+BASE = ["--headless", "--rounds", "2", "--loglevel", "WARNING"]
+
+
+def read_trace(path) -> dict[str, dict]:
+    return {row["request_id"]: row for row in map(orjson.loads, path.read_bytes().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def protocol_run(tmp_path_factory):
+    """One 4-user protocol run (single stream + 2 and 4 streams) with the simulator's trace."""
+    work = tmp_path_factory.mktemp("run")
+    trace = work / "trace.jsonl"
+    result = run_locust([*BASE, "-u", "4", "--run-dir", str(work / "r"),
+                         "--sim-args", f"{FAST_SIM} --trace {trace}"], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, work / "r", read_trace(trace)
+
+
+def test_run_keeps_one_valid_record_per_request_of_the_plan(protocol_run):
+    _result, run_dir, _trace = protocol_run
+    df = pd.DataFrame(list(read_records(run_dir)))
+    # 4 scenarios x 2 rounds, then (2 + 2 + 4 + 4) streams x 2 rounds
+    assert len(df) == 8 + 24
+    assert df["error"].isna().all(), df["error"].dropna().tolist()
+    assert df.groupby("cell")["round"].nunique().eq(2).all()
+    assert set(df.loc[df["cell"] == "c4-different", "scenario"]) == {"code", "code_b", "code_c", "code_d"}
+    assert set(df.loc[df["cell"] == "c4-same", "scenario"]) == {"code"}
+    assert (df["completion_tokens"] == 512).all()
+
+
+def test_streams_of_a_round_start_together(protocol_run):
+    _result, run_dir, _trace = protocol_run
+    df = pd.DataFrame(list(read_records(run_dir)))
+    spread = df[df["concurrency"] > 1].groupby(["cell", "round"])["sent_at"].agg(lambda s: s.max() - s.min())
+    assert (spread < 0.02).all(), spread.to_dict()
+
+
+def test_per_request_figures_match_the_simulators_own_timing(protocol_run):
+    _result, run_dir, trace = protocol_run
+    for record in read_records(run_dir):
+        sim = trace[record["request_id"]]
+        assert record["completion_tokens"] == sim["completion_tokens"]
+        assert record["prompt_tokens"] == sim["prompt_tokens"]
+        assert record["chunks"] == sim["chunks"]
+        sim_ttft = sim["first_token_at"] - sim["received_at"]
+        assert record["ttft_s"] == pytest.approx(sim_ttft, abs=0.01)
+        sim_decode = metrics.decode_tps(sim["completion_tokens"], sim["first_token_at"], sim["done_at"])
+        client_decode = metrics.decode_tps(record["completion_tokens"], record["ttft_s"], record["total_s"])
+        assert client_decode == pytest.approx(sim_decode, rel=0.05)
+
+
+def test_round_aggregates_match_the_simulators_timing(protocol_run):
+    _result, run_dir, trace = protocol_run
+    records = list(read_records(run_dir))
+    rounds: dict[tuple[str, int], list[dict]] = {}
+    for record in records:
+        if record["concurrency"] > 1:
+            rounds.setdefault((record["cell"], record["round"]), []).append(trace[record["request_id"]])
+    table = metrics.round_aggregates(metrics.records_frame(records)).set_index(["cell", "round"])
+    for key, sims in rounds.items():
+        expected = sum(s["completion_tokens"] - 1 for s in sims) / max(s["done_at"] - s["first_token_at"] for s in sims)
+        assert table.loc[key, "aggregate_tps"] == pytest.approx(expected, rel=0.05), key
+
+
+def test_live_summary_equals_the_post_processors_report(protocol_run):
+    result, run_dir, _trace = protocol_run
+    live = (run_dir / "summary.txt").read_text(encoding="utf-8")
+    report = subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir)],
+                            capture_output=True, text=True, check=True).stdout
+    assert live.strip().startswith(report.strip())  # live may add the client self-watch note
+    assert "Single stream" in result.stdout and f"Run files: {run_dir}" in result.stdout
+    as_json = orjson.loads(subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir), "--json"],
+                                          capture_output=True, check=True).stdout)
+    expected = protocol_summary(read_records(run_dir))
+    assert as_json["single"] == expected["single"] and as_json["concurrent"] == expected["concurrent"]
+    cases = {(row["concurrency"], row["case"]) for row in as_json["concurrent"]}
+    assert cases == {(2, "same"), (2, "different"), (4, "same"), (4, "different")}
+
+
+def test_manifest_describes_the_run(protocol_run):
+    _result, run_dir, _trace = protocol_run
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["target"]["builtin_simulator"] is True
+    assert manifest["protocol"]["rounds"] == 2 and manifest["protocol"]["max_tokens"] == 512
+    assert manifest["protocol"]["concurrency"] == [2, 4]
+    assert manifest["protocol"]["thinking"] is False
+
+
+def test_two_processes_produce_one_complete_run(tmp_path):
+    result = run_locust([*BASE, "-u", "4", "--processes", "2", "--concurrency", "2,4",
+                         "--scenarios", "code", "--run-dir", str(tmp_path / "r"),
+                         "--sim-args", FAST_SIM], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = list(read_records(tmp_path / "r"))
+    assert len(records) == 2 + 24
+    assert all(r["error"] is None for r in records)
+    assert {r["worker"] for r in records} == {0, 1}
+    assert "Concurrency" in result.stdout
+
+
+def test_unreachable_host_gives_counted_failures_not_a_crash(tmp_path):
+    result = run_locust([*BASE, "-u", "2", "--rounds", "1", "--host", "http://127.0.0.1:9",
+                         "--model", "m", "--run-dir", str(tmp_path / "r")], cwd=tmp_path)
+    assert result.returncode != 0 or "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr
+    records = list(read_records(tmp_path / "r"))
+    assert len(records) == 4 + 4
+    assert {r["error"] for r in records} == {"connect to 127.0.0.1:9: connection refused"}
+    assert "connection refused" in result.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--rounds", "0"], "--rounds"),
+    (["--concurrency", "2,x"], "--concurrency"),
+    (["--thinking", "maybe"], "--thinking"),
+    (["--scenarios", "code,poetry"], "--scenarios"),
+    (["--host", "gpu-box:8000"], "--host"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, needle):
+    result = run_locust(["--headless", "-u", "1", *args], cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr.strip().splitlines()[-1]
+
+
+def test_api_key_never_reaches_a_file(tmp_path):
+    secret = "sk-test-4b1d-never-written"
+    env = dict(os.environ, OPENAI_API_KEY=secret)
+    result = run_locust([*BASE, "-u", "2", "--rounds", "1", "--scenarios", "code", "--concurrency", "2",
+                         "--run-dir", str(tmp_path / "r"), "--sim-args", FAST_SIM, "--csv", str(tmp_path / "r" / "locust")],
+                        cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert secret not in result.stdout and secret not in result.stderr
+    files = [p for p in (tmp_path / "r").rglob("*") if p.is_file()]
+    assert len(files) >= 4
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
