@@ -13,10 +13,11 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import gevent
 from gevent.event import Event
+from locust.event import EventHook
 
 from loadlib.client import ChatSettings, RequestTag, chat_body
 from loadlib.prompts import PROTOCOL_PROMPTS, SAME_PROMPT, different_prompts
@@ -80,29 +81,29 @@ class Conductor:
 
     def __init__(self, plan: list[Cell], build_body: BodyBuilder,
                  dispatch: Callable[[list[Assignment]], None], capacity: Callable[[], int],
-                 lead_time_s: float = 0.05, round_timeout_s: float = 960.0) -> None:
+                 lead_time_s: float = 0.05, round_timeout_s: float = 960.0,
+                 cell_events: EventHook | None = None) -> None:
         self.plan = plan
         self.build_body = build_body
         self.dispatch = dispatch
         self.capacity = capacity
         self.lead_time_s = lead_time_s
         self.round_timeout_s = round_timeout_s
+        self.cell_events = cell_events or EventHook()  # fired with cell=, phase="start"|"end"
         self.finished = Event()
         self.phase: dict[str, Any] = {}
         self._pending: set[str] = set()
         self._round_done = Event()
 
-    def rounds(self) -> Iterator[tuple[Cell, int]]:
-        for cell in self.plan:
-            for index in range(cell.rounds):
-                yield cell, index
-
     def run(self) -> None:
         """Plays every round of the plan in order; sets `finished` at the end."""
         try:
-            for cell, index in self.rounds():
+            for cell in self.plan:
                 self._wait_for_users(cell.concurrency)
-                self._play_round(cell, index)
+                self.cell_events.fire(cell=cell, phase="start")
+                for index in range(cell.rounds):
+                    self._play_round(cell, index)
+                self.cell_events.fire(cell=cell, phase="end")
         finally:
             self.phase = {"state": "finished"}
             self.finished.set()
