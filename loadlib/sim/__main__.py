@@ -13,6 +13,7 @@ from typing import Sequence
 
 import gevent
 
+from loadlib.sim.faults import FaultPicker, parse_spec
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
 from loadlib.sim.server import SimServer
 from loadlib.sim.trace import TraceWriter
@@ -38,6 +39,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fault(text: str):
+    try:
+        return parse_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m loadlib.sim", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -52,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="append one JSON line per finished request to this file")
     p.add_argument("--flavor", choices=sorted(SHAPES), help="wire shapes of this server")
     p.add_argument("--served-model-name", help="model id in /v1/models and responses")
+    p.add_argument("--fault", action="append", default=[], type=_fault, metavar="KIND[=VALUE][@SHARE]",
+                   help="inject a fault into SHARE of the requests (repeatable; see loadlib/sim/faults.py); "
+                        "requests can also ask with the header X-Sim-Fault: KIND[=VALUE]")
+    p.add_argument("--fault-seed", type=int, default=0, help="seed of the fault share draws")
     g = p.add_argument_group("engine (SGLang launch flags; override the preset)")
     g.add_argument("--max-running-requests", type=_positive_int)
     g.add_argument("--chunked-prefill-size", type=int)
@@ -78,18 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     servers = []
     try:
         for i in range(args.instances):
-            server = SimServer(cfg, args.host, args.port + i if args.port else 0, trace)
+            server = SimServer(cfg, args.host, args.port + i if args.port else 0, trace,
+                               FaultPicker(args.fault, args.fault_seed + i))
             server.start()
             servers.append(server)
     except OSError as exc:
         print(f"loadlib.sim: error: cannot listen on {args.host}:{args.port}: {exc.strerror}",
               file=sys.stderr)
         return 1
-    for server in servers:
-        print(f"loadlib.sim listening on http://{args.host}:{server.port}", flush=True)
     stop = gevent.event.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, stop.set)
+    for server in servers:
+        print(f"loadlib.sim listening on http://{args.host}:{server.port}", flush=True)
     stop.wait()
     for server in servers:
         server.stop()

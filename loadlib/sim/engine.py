@@ -24,10 +24,12 @@ import gevent
 from gevent.event import Event
 
 from loadlib.sim import content, tokenizer
+from loadlib.sim.metrics import Histogram
 from loadlib.sim.presets import SimConfig
 from loadlib.sim.radix import RadixCache
 
 StepCallback = Callable[[int, int, bool], None]
+LAG_WINDOW_S = 5.0  # /metrics reports lag quantiles over this recent window
 
 
 @lru_cache(maxsize=256)
@@ -98,10 +100,18 @@ class Stats:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.cached_tokens_total = 0
+        self.aborted_total = 0
         self.verify_steps_total = 0  # request-steps: one per request per verify step
         self.verify_tokens_total = 0
-        self.lag_s: collections.deque[float] = collections.deque(maxlen=20000)
+        self.prefill_steps_total = 0
+        self.cache_hit_rate = 0.0  # of the last prefill batch, as SGLang reports it
+        self.steps_total = 0
+        self.lag_sum = 0.0
+        self.lag_s: collections.deque[tuple[float, float]] = collections.deque(maxlen=100_000)
         self.recent_accept: collections.deque[float] = collections.deque(maxlen=512)
+        self.recent_tokens: collections.deque[tuple[float, int]] = collections.deque(maxlen=256)
+        self.ttft = Histogram()
+        self.e2e = Histogram()
 
 
 class Engine:
@@ -152,7 +162,26 @@ class Engine:
 
     def abort(self, req: SimRequest) -> None:
         """Drops a request (its client went away); it leaves the batch at the next step."""
+        if not req.aborted and req.generated < req.limit:
+            self.stats.aborted_total += 1
         req.aborted = True
+
+    @property
+    def chunked_pending(self) -> bool:
+        return self._chunked is not None
+
+    def recent_lag(self, window_s: float = LAG_WINDOW_S) -> list[float]:
+        """Scheduling lags (s) of the steps that ended in the last `window_s` seconds."""
+        since = monotonic() - window_s
+        return [lag for t, lag in self.stats.lag_s if t >= since]
+
+    def gen_throughput(self) -> float:
+        """Generated tokens per (wall-clock) second over the last few hundred verify steps."""
+        recent = self.stats.recent_tokens
+        if len(recent) < 2 or monotonic() - recent[-1][0] > 5:
+            return 0.0
+        span = recent[-1][0] - recent[0][0]
+        return sum(n for _, n in list(recent)[1:]) / span if span > 0 else 0.0
 
     @property
     def busy(self) -> bool:
@@ -201,7 +230,12 @@ class Engine:
             if delay <= 0:
                 break
             gevent.sleep(delay)
-        self.stats.lag_s.append(monotonic() - target)
+        now = monotonic()
+        lag = now - target
+        stats = self.stats
+        stats.lag_s.append((now, lag))
+        stats.lag_sum += lag
+        stats.steps_total += 1
 
     # --- prefill --------------------------------------------------------------------------------
 
@@ -247,14 +281,19 @@ class Engine:
         return total
 
     def _finish_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
+        stats = self.stats
+        stats.prefill_steps_total += 1
+        new = sum(n for _, n in batch)
+        cached = sum(r.cached_tokens for r, _ in batch if r.prefilled == r.cached_tokens)
+        stats.cache_hit_rate = cached / (cached + new) if cached + new else 0.0
         for req, n in batch:
             req.prefilled += n
             if req.aborted or req.prefilled < req.prompt_tokens:
                 continue
             if not self.cfg.disable_radix_cache:
                 self.radix.insert(req.prompt_ids)
-            self.stats.prompt_tokens_total += req.prompt_tokens
-            self.stats.cached_tokens_total += req.cached_tokens
+            stats.prompt_tokens_total += req.prompt_tokens
+            stats.cached_tokens_total += req.cached_tokens
             req.generated = 1  # prefill samples the first token
             if req.limit <= 1:
                 self._finish(req)
@@ -297,6 +336,7 @@ class Engine:
         stats.verify_tokens_total += step_tokens
         if n:
             stats.recent_accept.append(step_tokens / n)
+            stats.recent_tokens.append((monotonic(), step_tokens))
         self.running = still
 
     def _finish(self, req: SimRequest) -> None:

@@ -114,24 +114,24 @@ def _read_chunked(sock, buf: bytearray) -> bytes:
 
 
 def response(status: int, body: bytes, content_type: bytes = b"application/json",
-             extra: bytes = b"", keep_alive: bool = True) -> bytes:
+             extra: bytes = b"", keep_alive: bool = True, server: bytes = b"uvicorn") -> bytes:
     """A complete response with a Content-Length body (`extra`: raw header lines)."""
     return b"".join((
-        b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-length: %d\r\n"
+        b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: %s\r\ncontent-length: %d\r\n"
         b"content-type: %s\r\n" % (status, _REASONS.get(status, "Error").encode(), http_date(),
-                                   len(body), content_type),
+                                   server, len(body), content_type),
         extra, b"" if keep_alive else b"connection: close\r\n", b"\r\n", body))
 
 
-def json_response(status: int, obj: object, extra: bytes = b"", keep_alive: bool = True) -> bytes:
-    return response(status, orjson.dumps(obj), b"application/json", extra, keep_alive)
+def json_response(status: int, obj: object, extra: bytes = b"", keep_alive: bool = True,
+                  server: bytes = b"uvicorn") -> bytes:
+    return response(status, orjson.dumps(obj), b"application/json", extra, keep_alive, server)
 
 
-def stream_head(extra: bytes = b"", content_type: bytes = b"text/event-stream; charset=utf-8",
-                status: int = 200) -> bytes:
-    """Status line and headers of a chunked streaming response."""
-    return b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-type: %s\r\n%stransfer-encoding: chunked\r\n\r\n" % (
-        status, _REASONS.get(status, "Error").encode(), http_date(), content_type, extra)
+def stream_head(extra: bytes = b"", server: bytes = b"uvicorn") -> bytes:
+    """Status line and headers of a chunked event-stream response."""
+    return (b"HTTP/1.1 200 OK\r\ndate: %s\r\nserver: %s\r\ncontent-type: text/event-stream; "
+            b"charset=utf-8\r\n%stransfer-encoding: chunked\r\n\r\n" % (http_date(), server, extra))
 
 
 def frame(payload: bytes) -> bytes:

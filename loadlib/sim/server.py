@@ -1,51 +1,64 @@
-"""The HTTP face of one simulated instance: routes, request parsing, chunk delivery.
+"""The HTTP face of one simulated instance: routes, request parsing, chunk delivery, faults.
 
-Each connection is a greenlet reading keep-alive requests. A streaming chat request is handed
-to the engine; the engine's step callback builds the step's chunk bytes and writes them straight
-to the socket without blocking (the scheduler never waits on a slow client: whatever the kernel
-does not take is queued and flushed by the connection's own greenlet).
+Each connection is a greenlet reading keep-alive requests. A chat request is handed to the
+engine; the engine's step callback builds the step's chunk bytes and writes them straight to
+the socket without blocking (the scheduler never waits on a slow client: whatever the kernel
+does not take, or what a stall fault holds back, is queued and flushed by the connection's own
+greenlet, and its trace timestamps are taken when that flush returns).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket as _socket
 import time
 import uuid
 from typing import Any
 
+import gevent
 import orjson
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from loadlib.sim import httpio, tokenizer
+from loadlib.sim import httpio, metrics, tokenizer
 from loadlib.sim.engine import Engine, SimRequest
+from loadlib.sim.faults import HEADER as FAULT_HEADER
+from loadlib.sim.faults import FaultPicker, Faults
 from loadlib.sim.presets import SimConfig
 from loadlib.sim.trace import TraceWriter
-from loadlib.sim.wire import SHAPES, sglang_error
+from loadlib.sim.wire import SHAPES, llamacpp_timings
 
 _PEEK = _socket.MSG_PEEK | _socket.MSG_DONTWAIT
+_FIRST, _LAST, _DONE = 1, 2, 4  # which trace timestamps a queued write still owes
+_FLUSH_MESSAGE = (b"Cache flushed.\nPlease check backend logs for more details. (When there are "
+                  b"running or waiting requests, the operation will not be performed.)\n")
 
 
 class _Delivery:
     """Turns one request's engine steps into bytes on its socket, and records its trace."""
 
-    __slots__ = ("sock", "raw", "req", "shape", "stream", "include_usage", "cache_report",
-                 "trace", "received_at", "first_token_at", "last_token_at", "done_at", "chunks",
-                 "pending", "flushing", "broken", "finished", "wake", "head")
+    __slots__ = ("sock", "raw", "engine", "req", "shape", "include_usage", "cache_report",
+                 "received_at", "first_token_at", "last_token_at", "done_at", "chunks",
+                 "pending", "owed", "flushing", "broken", "finished", "wake", "head", "faults",
+                 "hold_s", "close_after_flush", "time_scale", "on_record")
 
-    def __init__(self, sock, req: SimRequest, shape, stream: bool, include_usage: bool,
-                 cache_report: bool, trace: TraceWriter | None, received_at: float,
-                 head: bytes) -> None:
-        self.sock, self.raw = sock, sock._sock
-        self.req, self.shape, self.stream = req, shape, stream
-        self.include_usage, self.cache_report = include_usage, cache_report
-        self.trace, self.received_at, self.head = trace, received_at, head
+    def __init__(self, sock, engine: Engine, req: SimRequest, shape, stream: bool,
+                 include_usage: bool, head: bytes, faults: Faults | None,
+                 received_at: float, on_record) -> None:
+        self.sock, self.raw, self.engine = sock, sock._sock, engine
+        self.req, self.shape, self.head, self.faults = req, shape, head, faults
+        self.include_usage = include_usage and not (faults and faults.no_usage)
+        self.cache_report = engine.cfg.enable_cache_report
+        self.time_scale = engine.cfg.time_scale
+        self.received_at = received_at
         self.first_token_at = self.last_token_at = self.done_at = None
-        self.chunks = 0
+        self.chunks = self.owed = 0
+        self.hold_s = 0.0
         self.pending: list[bytes] = []
-        self.flushing = self.broken = self.finished = False
+        self.flushing = self.broken = self.finished = self.close_after_flush = False
         self.wake = Event()
-        req.on_step = self.on_step if stream else self.on_step_collect
+        self.on_record = on_record
+        req.on_step = (self.on_step_faulty if faults else self.on_step) if stream else self.on_step_collect
 
     # --- called by the engine's loop: never block, never raise ----------------------------------
 
@@ -53,47 +66,82 @@ class _Delivery:
         req, shape = self.req, self.shape
         out = req.output
         rl = out.reasoning_len
+        finish = req.finish_reason if done else None
         parts = [self.head, shape.role()] if start == 0 else []
         if start < rl:
-            parts.append(shape.reasoning(b"".join(out.escaped[start:min(end, rl)])))
+            parts.append(shape.reasoning(b"".join(out.escaped[start:min(end, rl)]),
+                                         finish if end <= rl else None))
             self.chunks += 1
         if end > rl:
-            parts.append(shape.content(b"".join(out.escaped[max(start, rl):end])))
+            parts.append(shape.content(b"".join(out.escaped[max(start, rl):end]), finish))
             self.chunks += 1
         if done:
-            parts.append(shape.finish(req.finish_reason, self._matched_stop()))
-            if self.include_usage:
-                parts.append(shape.usage(req.prompt_tokens, req.limit, self._cached(),
-                                         min(req.limit, rl)))
-            parts.append(shape.done())
-        self._write(parts[0] if len(parts) == 1 else b"".join(parts))
-        now = time.time()
-        if start == 0:
-            self.first_token_at = now
-        self.last_token_at = now
+            parts.append(self._tail())
+        stamps = (_FIRST | _LAST if start == 0 else _LAST) | (_DONE if done else 0)
+        self._write(b"".join(parts), stamps)
         if done:
-            self.done_at = now
             self._done()
+
+    def on_step_faulty(self, start: int, end: int, done: bool) -> None:
+        """`on_step` with this request's faults applied at their positions."""
+        f = self.faults
+        if start == 0:
+            f.place(self.req.limit)
+            if f.stall_first_s:
+                self.hold_s = f.stall_first_s * self.time_scale
+        if f.stall_at is not None and start < f.stall_at <= end and start > 0:
+            self.hold_s = f.stall_s * self.time_scale
+        if f.malformed_at is not None and start < f.malformed_at <= end and start > 0:
+            self._write(httpio.frame(b'data: {"id":"%b","object":"chat.completion.chunk","choices":[{"ind\n\n'
+                                     % self.req.rid.encode()), 0)
+        if f.error_at is not None and end >= f.error_at and start > 0:
+            tail = self.shape.error_event("Simulated engine error (fault injection).",
+                                          "InternalServerError", 500)
+            if self.shape.done_after_error and not f.no_done:
+                tail += self.shape.done()
+            self._write(tail + httpio.END_CHUNKS, _DONE)
+            self.engine.abort(self.req)
+            self._done()
+            return
+        self.on_step(start, end, done)
+        if f.drop_at is not None and end >= f.drop_at and not done:
+            self.close_after_flush = True
+            self.engine.abort(self.req)
+            self.wake.set()
 
     def on_step_collect(self, start: int, end: int, done: bool) -> None:
         if done:
             self._done()
 
+    def _tail(self) -> bytes:
+        """Finish chunk, usage chunk, [DONE] and the end of the chunked body, in one piece."""
+        req, shape, now = self.req, self.shape, time.time()
+        timings = None
+        if shape.server_header == b"llama.cpp":
+            first = self.first_token_at or now
+            timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
+                                       first - self.received_at, req.limit, now - first)
+        matched = tokenizer.EOS_TOKEN_ID if req.finish_reason == "stop" else None
+        parts = [shape.finish(req.finish_reason, matched, timings)]
+        if self.include_usage:
+            parts.append(shape.usage(req.prompt_tokens, req.limit,
+                                     req.cached_tokens if self.cache_report else None,
+                                     min(req.limit, req.output.reasoning_len), timings))
+        if not (self.faults and self.faults.no_done):
+            parts.append(shape.done())
+        parts.append(httpio.END_CHUNKS)
+        return b"".join(parts)
+
     def _done(self) -> None:
         self.finished = True
         self.wake.set()
 
-    def _matched_stop(self) -> int | None:
-        return tokenizer.EOS_TOKEN_ID if self.req.finish_reason == "stop" else None
-
-    def _cached(self) -> int | None:
-        return self.req.cached_tokens if self.cache_report else None
-
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, stamps: int) -> None:
         if self.broken:
             return
-        if self.pending or self.flushing:
+        if self.pending or self.flushing or self.hold_s:
             self.pending.append(data)
+            self.owed |= stamps
             self.wake.set()
             return
         try:
@@ -105,11 +153,29 @@ class _Delivery:
             return
         if sent < len(data):
             self.pending.append(data[sent:])
+            self.owed |= stamps
             self.wake.set()
+        elif stamps:
+            self._stamp(stamps, time.time())
+
+    def _stamp(self, stamps: int, now: float) -> None:
+        if stamps & _FIRST:
+            self.first_token_at = now
+        if stamps & _LAST:
+            self.last_token_at = now
+        if stamps & _DONE:
+            self.done_at = now
+            self.record()
+
+    def record(self) -> None:
+        """Hands the finished request to the trace and metrics, once."""
+        if self.on_record is not None:
+            on_record, self.on_record = self.on_record, None
+            on_record(self)
 
     def _break(self) -> None:
         self.broken = True
-        self.req.aborted = True
+        self.engine.abort(self.req)
         self.wake.set()
 
     # --- the connection's greenlet ----------------------------------------------------------
@@ -123,16 +189,24 @@ class _Delivery:
                     return
                 continue
             self.wake.clear()
+            if self.hold_s:
+                gevent.sleep(self.hold_s)
+                self.hold_s = 0.0
             while self.pending and not self.broken:
                 data = b"".join(self.pending)
                 self.pending.clear()
+                owed, self.owed = self.owed, 0
                 self.flushing = True
                 try:
                     self.sock.sendall(data)
+                    self._stamp(owed, time.time())
                 except OSError:
                     self._break()
                 finally:
                     self.flushing = False
+            if self.close_after_flush:
+                self.broken = True
+                return
             if self.broken or (self.finished and not self.pending):
                 return
 
@@ -157,12 +231,14 @@ class SimServer:
     """One simulated instance: an engine behind an HTTP listener."""
 
     def __init__(self, cfg: SimConfig, host: str = "127.0.0.1", port: int = 0,
-                 trace: TraceWriter | None = None) -> None:
+                 trace: TraceWriter | None = None, faults: FaultPicker | None = None) -> None:
         self.cfg = cfg
         self.engine = Engine(cfg)
         self.trace = trace
+        self.faults = faults or FaultPicker(())
         self._shape = SHAPES[cfg.flavor]
         self._server = StreamServer((host, port), self._handle)
+        self._host = host
 
     @property
     def port(self) -> int:
@@ -187,7 +263,7 @@ class SimServer:
                 if request is None or not self._route(sock, request) or not request.keep_alive:
                     return
         except httpio.BadRequest as exc:
-            self._send(sock, httpio.json_response(400, sglang_error(str(exc)), keep_alive=False))
+            self._send(sock, self._error(400, str(exc), keep_alive=False))
         except (OSError, ValueError):
             return
         finally:
@@ -201,24 +277,98 @@ class SimServer:
         except OSError:
             return False
 
+    def _json(self, status: int, obj: object, extra: bytes = b"") -> bytes:
+        return httpio.json_response(status, obj, extra, server=self._shape.server_header)
+
+    def _error(self, status: int, message: str, err_type: str = "BadRequestError",
+               extra: bytes = b"", keep_alive: bool = True) -> bytes:
+        return httpio.json_response(status, self._shape.error_body(message, err_type, status),
+                                    extra, keep_alive, server=self._shape.server_header)
+
     def _route(self, sock, request: httpio.Request) -> bool:
         """Answers one request; False when the connection must close."""
         method, path = request.method, request.path
         if path == "/v1/chat/completions":
             if method != "POST":
-                return self._send(sock, httpio.json_response(405, {"detail": "Method Not Allowed"}))
+                return self._send(sock, self._json(405, {"detail": "Method Not Allowed"}))
             return self._chat(sock, request)
-        if path == "/health" and method == "GET":
-            return self._send(sock, httpio.response(200, b"", b"text/plain; charset=utf-8"))
-        if path == "/v1/models" and method == "GET":
-            return self._send(sock, httpio.json_response(200, self._models()))
-        return self._send(sock, httpio.json_response(404, {"detail": "Not Found"}))
+        if method == "GET" and path in self._GETS:
+            return self._send(sock, self._GETS[path](self))
+        if path == "/flush_cache" and method in ("GET", "POST"):
+            ok = self.engine.flush_cache()
+            return self._send(sock, httpio.response(200 if ok else 400, _FLUSH_MESSAGE,
+                                                    b"text/plain; charset=utf-8"))
+        if path == "/health_generate" and method == "GET":
+            return self._send(sock, self._health_generate())
+        return self._send(sock, self._json(404, {"detail": "Not Found"}))
 
-    def _models(self) -> dict[str, Any]:
+    # --- informational endpoints ------------------------------------------------------------------
+
+    def _health(self) -> bytes:
+        return httpio.response(200, b"", b"text/plain; charset=utf-8")
+
+    def _models(self) -> bytes:
         name = self.cfg.served_model_name
-        return {"object": "list", "data": [{
+        return self._json(200, {"object": "list", "data": [{
             "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-            "root": name, "parent": None, "max_model_len": self.cfg.context_length}]}
+            "root": name, "parent": None, "max_model_len": self.cfg.context_length}]})
+
+    def server_info(self) -> dict[str, Any]:
+        """Server args as SGLang names them, plus scheduler limits and internal states."""
+        cfg = self.cfg
+        args = {"model_path": cfg.model_path, "tokenizer_path": cfg.model_path,
+                "served_model_name": cfg.served_model_name, "host": self._host, "port": self.port,
+                "tp_size": cfg.tp_size, "dp_size": 1, "context_length": cfg.context_length,
+                "max_running_requests": cfg.max_running_requests,
+                "chunked_prefill_size": cfg.chunked_prefill_size,
+                "max_prefill_tokens": cfg.max_prefill_tokens, "page_size": cfg.page_size,
+                "kv_cache_dtype": cfg.kv_cache_dtype, "mem_fraction_static": cfg.mem_fraction_static,
+                "disable_radix_cache": cfg.disable_radix_cache,
+                "enable_cache_report": cfg.enable_cache_report,
+                "speculative_algorithm": cfg.speculative_algorithm,
+                "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
+                "enable_metrics": True, **cfg.extra_server_args}
+        accept = self.engine.stats.recent_accept
+        return {**args,
+                "max_total_num_tokens": cfg.radix_cache_tokens,
+                "max_req_input_len": cfg.context_length - 1,
+                "internal_states": [{
+                    "avg_spec_accept_length": sum(accept) / len(accept) if accept else 0.0,
+                    "last_gen_throughput": self.engine.gen_throughput(),
+                    "memory_usage": {}}],
+                "version": cfg.version,
+                "simulator": {"flavor": cfg.flavor, "time_scale": cfg.time_scale,
+                              "config": dataclasses.asdict(cfg)}}
+
+    def _server_info(self) -> bytes:
+        return self._json(200, self.server_info())
+
+    def _model_info(self) -> bytes:
+        return self._json(200, {"model_path": self.cfg.model_path,
+                                "tokenizer_path": self.cfg.model_path, "is_generation": True,
+                                "preferred_sampling_params": None, "weight_version": "default",
+                                "has_image_understanding": False, "has_audio_understanding": False,
+                                "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
+
+    def _metrics(self) -> bytes:
+        return httpio.response(200, metrics.render(self.engine),
+                               b"text/plain; version=0.0.4; charset=utf-8")
+
+    _GETS = {"/health": _health, "/v1/models": _models, "/get_server_info": _server_info,
+             "/server_info": _server_info, "/get_model_info": _model_info,
+             "/model_info": _model_info, "/metrics": _metrics}
+
+    def _health_generate(self) -> bytes:
+        """Runs a one-token generation through the engine, as SGLang's probe does."""
+        req = self.engine.make_request(f"HEALTH_CHECK_{uuid.uuid4().hex}",
+                                       [{"role": "user", "content": "ping"}], 1, 0.0, False)
+        done = Event()
+        req.on_step = lambda start, end, finished: done.set() if finished else None
+        self.engine.submit(req)
+        if done.wait(timeout=max(20.0, 20.0 * self.cfg.time_scale)):
+            return httpio.response(200, b"", b"text/plain; charset=utf-8")
+        self.engine.abort(req)
+        return httpio.response(503, b"", b"text/plain; charset=utf-8")
 
     # --- chat -------------------------------------------------------------------------------------
 
@@ -234,45 +384,69 @@ class SimServer:
             max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
             if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
                 raise ValueError("max_tokens must be positive")
-            temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+            temperature = body.get("temperature")
+            temperature = 1.0 if temperature is None else float(temperature)
             kwargs = body.get("chat_template_kwargs") or {}
             thinking = isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True
+            faults = self.faults.pick(request.headers.get(FAULT_HEADER))
         except (ValueError, TypeError) as exc:
-            return self._send(sock, httpio.json_response(400, sglang_error(str(exc))))
-        rid = request.headers.get("x-request-id") or body.get("rid") or uuid.uuid4().hex
+            return self._send(sock, self._error(400, str(exc)))
+        rid = str(request.headers.get("x-request-id") or body.get("rid") or uuid.uuid4().hex)
+        rid_header = b"x-request-id: %b\r\n" % rid.encode("latin-1", "replace")
+        if faults and faults.http_status:
+            return self._send(sock, self._fault_status(faults, rid_header))
         natural = request.headers.get("x-sim-natural-tokens")
-        req = self.engine.make_request(str(rid), messages, max_tokens, temperature, thinking,
+        req = self.engine.make_request(rid, messages, max_tokens, temperature, thinking,
                                        int(natural) if natural and natural.isdigit() else None)
-        error = self._check_length(req, max_tokens)
+        error = self._check_length(req, max_tokens, bool(faults and faults.too_long))
         if error:
-            return self._send(sock, httpio.json_response(400, sglang_error(error)))
+            return self._send(sock, self._error(400, error, extra=rid_header))
         stream = bool(body.get("stream"))
         options = body.get("stream_options") or {}
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        model = body.get("model") or self.cfg.served_model_name
-        shape = self._shape(str(rid), str(model), int(received_at))
-        rid_header = b"x-request-id: %b\r\n" % str(rid).encode("latin-1", "replace")
-        delivery = _Delivery(sock, req, shape, stream, include_usage, self.cfg.enable_cache_report,
-                             self.trace, received_at, httpio.stream_head(rid_header))
+        model = str(body.get("model") or self.cfg.served_model_name)
+        shape = self._shape(rid, model, int(received_at))
+        head = httpio.stream_head(rid_header, server=shape.server_header)
+        delivery = _Delivery(sock, self.engine, req, shape, stream, include_usage, head, faults,
+                             received_at, self._record)
         self.engine.submit(req)
         delivery.wait()
         if delivery.broken:
-            self.engine.abort(req)
+            delivery.record()
             return False
+        ok = True
         if not stream:
-            ok = self._send(sock, httpio.json_response(200, self._full_response(req, shape), rid_header))
-            delivery.first_token_at = delivery.last_token_at = delivery.done_at = time.time()
-        else:
-            ok = True
-        if self.trace is not None:
-            self.trace.write(delivery.trace_record())
+            ok = self._send(sock, self._json(200, self._full_response(delivery), rid_header))
+            now = time.time()
+            delivery.first_token_at = delivery.last_token_at = delivery.done_at = now
+        delivery.record()
         return ok
 
-    def _check_length(self, req: SimRequest, max_tokens: int | None) -> str | None:
+    def _record(self, delivery: _Delivery) -> None:
+        stats = self.engine.stats
+        if delivery.first_token_at is not None:
+            stats.ttft.observe(delivery.first_token_at - delivery.received_at)
+        if delivery.done_at is not None:
+            stats.e2e.observe(delivery.done_at - delivery.received_at)
+        if self.trace is not None:
+            self.trace.write(delivery.trace_record())
+
+    def _fault_status(self, faults: Faults, rid_header: bytes) -> bytes:
+        status = faults.http_status
+        extra = rid_header
+        if faults.retry_after is not None:
+            extra += b"retry-after: %d\r\n" % max(0, round(faults.retry_after))
+        kinds = {500: ("Internal server error (fault injection).", "InternalServerError"),
+                 503: ("Service unavailable (fault injection).", "ServiceUnavailableError"),
+                 429: ("Too many requests (fault injection).", "RateLimitError")}
+        message, err_type = kinds.get(status, ("Error (fault injection).", "Error"))
+        return self._error(status, message, err_type, extra)
+
+    def _check_length(self, req: SimRequest, max_tokens: int | None, force: bool) -> str | None:
         ctx = self.cfg.context_length
-        if req.prompt_tokens >= ctx:
-            return (f"The input ({req.prompt_tokens} tokens) is longer than the model's context "
-                    f"length ({ctx} tokens).")
+        if req.prompt_tokens >= ctx or force:
+            return (f"The input ({max(req.prompt_tokens, ctx)} tokens) is longer than the model's "
+                    f"context length ({ctx} tokens).")
         if max_tokens is not None and req.prompt_tokens + max_tokens > ctx:
             return (f"Requested token count exceeds the model's maximum context length of {ctx} "
                     f"tokens. You requested a total of {req.prompt_tokens + max_tokens} tokens: "
@@ -281,7 +455,8 @@ class SimServer:
                     f"messages or the completion to fit within the limit.")
         return None
 
-    def _full_response(self, req: SimRequest, shape) -> dict[str, Any]:
+    def _full_response(self, delivery: _Delivery) -> dict[str, Any]:
+        req, shape = delivery.req, delivery.shape
         texts, rl = req.output.texts, req.output.reasoning_len
         answer = "".join(texts[rl:req.limit]) if req.limit > rl else ""
         reasoning = "".join(texts[:min(rl, req.limit)]) or None
@@ -291,4 +466,7 @@ class SimServer:
                                            if self.cfg.enable_cache_report else None),
                  "reasoning_tokens": min(req.limit, rl)}
         matched = tokenizer.EOS_TOKEN_ID if req.finish_reason == "stop" else None
-        return shape.response(answer, reasoning, req.finish_reason, matched, usage)
+        elapsed = time.time() - delivery.received_at
+        timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
+                                   0.0, req.limit, elapsed)
+        return shape.response(answer, reasoning, req.finish_reason, matched, usage, timings)

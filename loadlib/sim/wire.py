@@ -1,8 +1,13 @@
-"""Chunk shapes on the wire, one class per server flavour.
+"""Chunk shapes on the wire, one class per server flavour (SGLang, vLLM, llama.cpp).
 
 A shape object is built once per request with every constant part of its chunks pre-serialized,
 so a step's chunk is a join of a prefix, the (already JSON-escaped) token text and a suffix.
-Each method returns complete HTTP chunked-encoding frames.
+Methods return complete HTTP chunked-encoding frames. The differences that matter to a client:
+- SGLang: explicit nulls everywhere, `reasoning_content`, a separate finish chunk with an empty
+  delta, usage chunk with `choices: []`, `[DONE]` (also after a mid-stream error).
+- vLLM: unset fields omitted, `delta.reasoning`, `finish_reason` on the last token chunk.
+- llama.cpp: role chunk with `content: null`, `:` comment lines, `timings` in the final chunks,
+  and no `[DONE]` after a mid-stream error.
 """
 
 from __future__ import annotations
@@ -12,49 +17,49 @@ from typing import Any
 
 import orjson
 
-from loadlib.sim.httpio import END_CHUNKS, frame
+from loadlib.sim.httpio import frame
+
+_dumps = orjson.dumps
 
 
-def _dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
+def _framed(payload: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
 class SglangShape:
-    """SGLang's `serving_chat.py` stream: role chunk with the first token, one chunk per step
-    (pydantic dumps, so absent fields are explicit nulls), a finish chunk with an empty delta,
-    the usage chunk with empty choices, then `[DONE]`."""
+    """SGLang's `serving_chat.py` stream (pydantic dumps, so unset fields are explicit nulls)."""
 
     done_after_error = True
+    server_header = b"uvicorn"
 
     def __init__(self, rid: str, model: str, created: int) -> None:
         self.rid, self.model, self.created = rid, model, created
         head = b'data: {"id":%b,"object":"chat.completion.chunk","created":%d,"model":%b,"choices":[{"index":0,"delta":' % (
             _dumps(rid), created, _dumps(model))
         tail = b',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+        self._head = head
         self._pre_content = head + b'{"role":null,"content":"'
         self._post_content = b'","reasoning_content":null,"tool_calls":null}' + tail
         self._pre_reasoning = head + b'{"role":null,"content":null,"reasoning_content":"'
         self._post_reasoning = b'","tool_calls":null}' + tail
-        self._head = head
 
     def role(self) -> bytes:
         return frame(self._head + b'{"role":"assistant","content":"","reasoning_content":null,'
                      b'"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n')
 
-    def content(self, text: bytes, last: bool = False, finish: str | None = None) -> bytes:
-        payload = self._pre_content + text + self._post_content
-        return b"%x\r\n%b\r\n" % (len(payload), payload)
+    def content(self, text: bytes, finish: str | None = None) -> bytes:
+        return _framed(self._pre_content + text + self._post_content)
 
-    def reasoning(self, text: bytes, last: bool = False, finish: str | None = None) -> bytes:
-        payload = self._pre_reasoning + text + self._post_reasoning
-        return b"%x\r\n%b\r\n" % (len(payload), payload)
+    def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
+        return _framed(self._pre_reasoning + text + self._post_reasoning)
 
-    def finish(self, reason: str, matched_stop: int | None) -> bytes:
+    def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
         return frame(self._head + b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":null},'
                      b'"logprobs":null,"finish_reason":%b,"matched_stop":%b}],"usage":null}\n\n' % (
                          _dumps(reason), _dumps(matched_stop)))
 
-    def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int) -> bytes:
+    def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
+              timings: dict | None = None) -> bytes:
         usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                  "completion_tokens": completion,
                  "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
@@ -64,17 +69,21 @@ class SglangShape:
                                          "choices": [], "usage": usage}) + b"\n\n")
 
     def done(self) -> bytes:
-        return frame(b"data: [DONE]\n\n") + END_CHUNKS
+        return frame(b"data: [DONE]\n\n")
 
     def error_event(self, message: str, err_type: str, code: int) -> bytes:
-        """SGLang's mid-stream error (`create_streaming_error_response`, json.dumps spacing)."""
+        """`create_streaming_error_response`: json.dumps (with its spacing) of a nested error."""
         return frame(b"data: " + json.dumps({"error": {
             "object": "error", "message": message, "type": err_type, "param": None,
             "code": code}}).encode() + b"\n\n")
 
+    @staticmethod
+    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+        """The flat error body of `create_error_response` (e.g. a prompt that is too long)."""
+        return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+
     def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
-                 usage: dict[str, Any]) -> dict[str, Any]:
-        """The non-streaming body."""
+                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
         return {"id": self.rid, "object": "chat.completion", "created": self.created,
                 "model": self.model,
                 "choices": [{"index": 0,
@@ -85,9 +94,134 @@ class SglangShape:
                 "usage": usage, "metadata": {"weight_version": "default"}}
 
 
-def sglang_error(message: str, err_type: str = "BadRequestError", code: int = 400) -> dict[str, Any]:
-    """SGLang's flat error body (`create_error_response`), e.g. for a prompt that is too long."""
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+class VllmShape(SglangShape):
+    """vLLM's OpenAI server (`exclude_unset` dumps): `delta.reasoning`, finish on the last token
+    chunk (with `stop_reason`), no separate finish chunk."""
+
+    def __init__(self, rid: str, model: str, created: int) -> None:
+        rid = rid if rid.startswith("chatcmpl-") else f"chatcmpl-{rid}"
+        self.rid, self.model, self.created = rid, model, created
+        self._head = b'data: {"id":%b,"object":"chat.completion.chunk","created":%d,"model":%b,"choices":[{"index":0,"delta":' % (
+            _dumps(rid), created, _dumps(model))
+
+    def role(self) -> bytes:
+        return frame(self._head + b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n')
+
+    def _delta(self, key: bytes, text: bytes, finish: str | None) -> bytes:
+        end = (b'"finish_reason":%b,"stop_reason":null' % _dumps(finish)) if finish else b'"finish_reason":null'
+        return _framed(self._head + b'{"%b":"%b"},"logprobs":null,%b}]}\n\n' % (key, text, end))
+
+    def content(self, text: bytes, finish: str | None = None) -> bytes:
+        return self._delta(b"content", text, finish)
+
+    def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
+        return self._delta(b"reasoning", text, finish)
+
+    def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
+        return b""
+
+    def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
+              timings: dict | None = None) -> bytes:
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                 "completion_tokens": completion}
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return frame(b"data: " + _dumps({"id": self.rid, "object": "chat.completion.chunk",
+                                         "created": self.created, "model": self.model,
+                                         "choices": [], "usage": usage}) + b"\n\n")
+
+    def error_event(self, message: str, err_type: str, code: int) -> bytes:
+        return frame(b"data: " + _dumps({"error": {"message": message, "type": err_type,
+                                                   "param": None, "code": code}}) + b"\n\n")
+
+    @staticmethod
+    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+        return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+
+    def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
+                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
+        return {"id": self.rid, "object": "chat.completion", "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0,
+                             "message": {"role": "assistant", "content": text,
+                                         "reasoning": reasoning, "tool_calls": []},
+                             "logprobs": None, "finish_reason": reason, "stop_reason": None}],
+                "usage": {k: v for k, v in usage.items() if v is not None and k != "reasoning_tokens"}}
 
 
-SHAPES = {"sglang": SglangShape}
+class LlamacppShape(SglangShape):
+    """llama.cpp's llama-server: keys in its own order, `content: null` in the role chunk,
+    `:` comment lines, `timings` with the finish and usage chunks, no `[DONE]` after an error."""
+
+    done_after_error = False
+    server_header = b"llama.cpp"
+    FINGERPRINT = "b6000-sim"
+
+    def __init__(self, rid: str, model: str, created: int) -> None:
+        rid = rid if rid.startswith("chatcmpl-") else f"chatcmpl-{rid}"
+        self.rid, self.model, self.created = rid, model, created
+        self._tail = b'"created":%d,"id":%b,"model":%b,"system_fingerprint":%b,"object":"chat.completion.chunk"' % (
+            created, _dumps(rid), _dumps(model), _dumps(self.FINGERPRINT))
+
+    def role(self) -> bytes:
+        return frame(b": llama-server stream\n\n" + b'data: {"choices":[{"finish_reason":null,"index":0,'
+                     b'"delta":{"role":"assistant","content":null}}],%b}\n\n' % self._tail)
+
+    def _delta(self, key: bytes, text: bytes) -> bytes:
+        return _framed(b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"%b":"%b"}}],%b}\n\n' % (
+            key, text, self._tail))
+
+    def content(self, text: bytes, finish: str | None = None) -> bytes:
+        return self._delta(b"content", text)
+
+    def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
+        return self._delta(b"reasoning_content", text)
+
+    def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
+        return frame(b'data: {"choices":[{"finish_reason":%b,"index":0,"delta":{}}],%b,"timings":%b}\n\n' % (
+            _dumps(reason), self._tail, _dumps(timings or {})))
+
+    def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
+              timings: dict | None = None) -> bytes:
+        usage = {"completion_tokens": completion, "prompt_tokens": prompt,
+                 "total_tokens": prompt + completion}
+        return frame(b'data: {"choices":[],%b,"usage":%b,"timings":%b}\n\n' % (
+            self._tail, _dumps(usage), _dumps(timings or {})))
+
+    def error_event(self, message: str, err_type: str, code: int) -> bytes:
+        return frame(b"data: " + _dumps({"error": {"code": code, "message": message,
+                                                   "type": "server_error"}}) + b"\n\n")
+
+    @staticmethod
+    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+        kind = "exceed_context_size_error" if "context" in message else (
+            "invalid_request_error" if code == 400 else "server_error")
+        return {"error": {"code": code, "message": message, "type": kind}}
+
+    def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
+                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        return {"choices": [{"finish_reason": reason, "index": 0, "message": message}],
+                "created": self.created, "model": self.model,
+                "system_fingerprint": self.FINGERPRINT, "object": "chat.completion",
+                "usage": {"completion_tokens": usage["completion_tokens"],
+                          "prompt_tokens": usage["prompt_tokens"],
+                          "total_tokens": usage["total_tokens"]},
+                "id": self.rid, "timings": timings or {}}
+
+
+def llamacpp_timings(prompt_n: int, cache_n: int, prompt_s: float, predicted_n: int,
+                     predicted_s: float) -> dict[str, float]:
+    """llama-server's `timings` object."""
+    prompt_ms, predicted_ms = prompt_s * 1e3, predicted_s * 1e3
+    return {"cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
+            "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
+            "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else 0.0}
+
+
+SHAPES = {"sglang": SglangShape, "vllm": VllmShape, "llamacpp": LlamacppShape}

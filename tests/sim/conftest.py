@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ class Reply:
     headers: dict[str, str]
     events: list = field(default_factory=list)  # parsed JSON events, "[DONE]" kept as a string
     lines: list[str] = field(default_factory=list)  # every non-empty body line as sent
+    bad_lines: list[str] = field(default_factory=list)  # data lines that are not JSON
     body: object = None
 
     @property
@@ -79,7 +81,10 @@ def request(url: str, method: str, path: str, payload: object = None,
             reply.lines.append(line)
             if line.startswith("data: "):
                 data = line[6:]
-                reply.events.append(data if data == "[DONE]" else json.loads(data))
+                try:
+                    reply.events.append(data if data == "[DONE]" else json.loads(data))
+                except ValueError:
+                    reply.bad_lines.append(line)
     else:
         raw = resp.read()
         reply.body = json.loads(raw) if raw and "json" in reply.headers.get("content-type", "") else raw
@@ -90,3 +95,13 @@ def request(url: str, method: str, path: str, payload: object = None,
 
 def chat(url: str, payload: dict | None = None, headers: dict | None = None, **kw) -> Reply:
     return request(url, "POST", "/v1/chat/completions", payload or chat_payload(**kw), headers)
+
+
+def read_trace(path, *ids: str) -> dict[str, dict]:
+    """The trace by request id, once it holds `ids` (its line lands just after the last byte)."""
+    for _ in range(100):
+        trace = {r["request_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+        if all(i in trace for i in ids):
+            return trace
+        time.sleep(0.01)
+    raise AssertionError(f"trace lacks {ids}")

@@ -3,19 +3,14 @@ of acceptance by content, time scaling. Timestamps come from the simulator's own
 
 from __future__ import annotations
 
-import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import chat, chat_payload
+from conftest import chat, read_trace
 
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
-
-
-def read_trace(path) -> dict[str, dict]:
-    return {r["request_id"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +27,7 @@ def test_at_most_max_running_requests_decode_at_once_and_the_rest_queue(traced):
     with ThreadPoolExecutor(5) as pool:
         replies = list(pool.map(lambda rid: chat(sim.url, max_tokens=48, headers={"X-Request-Id": rid}), ids))
     assert all(r.usage["completion_tokens"] == 48 for r in replies)
-    trace = read_trace(path)
+    trace = read_trace(path, *ids)
     spans = sorted((trace[i]["first_token_at"], trace[i]["done_at"]) for i in ids)
     for start, _ in spans:
         assert sum(1 for s, e in spans if s <= start < e) <= 2
@@ -42,7 +37,7 @@ def test_at_most_max_running_requests_decode_at_once_and_the_rest_queue(traced):
 def test_trace_records_each_request(traced):
     sim, path = traced
     reply = chat(sim.url, max_tokens=30, headers={"X-Request-Id": "trace-one"})
-    record = read_trace(path)["trace-one"]
+    record = read_trace(path, "trace-one")["trace-one"]
     assert record["completion_tokens"] == 30 == reply.usage["completion_tokens"]
     assert record["prompt_tokens"] == reply.usage["prompt_tokens"]
     assert record["chunks"] == len(reply.token_chunks)
@@ -73,7 +68,7 @@ def test_time_scale_shrinks_simulated_durations(tmp_path):
     path = tmp_path / "trace.jsonl"
     with start_simulator(["--time-scale", "0.2", "--trace", str(path)]) as sim:
         chat(sim.url, max_tokens=90, headers={"X-Request-Id": "scaled"})
-    record = read_trace(path)["scaled"]
+    record = read_trace(path, "scaled")["scaled"]
     steps = record["chunks"] - 1
     decode = record["done_at"] - record["first_token_at"]
     assert 0.5 * 0.2 * 0.0259 * steps < decode < 3 * 0.2 * 0.0259 * steps
