@@ -11,6 +11,7 @@ The response is always read to its end, so the connection is reused (keep-alive)
 
 from __future__ import annotations
 
+import _socket
 import errno
 import socket
 import ssl
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import gevent
 from gevent import socket as gsocket
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -95,8 +97,7 @@ class Connection:
             if not verify_tls:
                 self._tls.check_hostname = False
                 self._tls.verify_mode = ssl.CERT_NONE
-        self._sock: gsocket.socket | None = None
-        self._timestamps = False
+        self._stream: _RawStream | _TlsStream | None = None
         self._host_header = f"Host: {endpoint.authority}\r\n".encode()
 
     # --- public -------------------------------------------------------------------------------
@@ -122,15 +123,15 @@ class Connection:
             return self._exchange(payload, deadline)
 
     def close(self) -> None:
-        if self._sock is not None:
+        if self._stream is not None:
             try:
-                self._sock.close()
+                self._stream.close()
             finally:
-                self._sock = None
+                self._stream = None
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _connect(self) -> gsocket.socket:
+    def _connect(self) -> "_RawStream | _TlsStream":
         ep = self.endpoint
         try:
             sock = gsocket.create_connection((ep.host, ep.port), timeout=self.connect_timeout)
@@ -139,113 +140,193 @@ class Connection:
         except OSError as exc:
             raise TransportError(f"connect to {ep.authority}: {_os_reason(exc)}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._timestamps = False
-        if self._tls is not None:
-            try:
-                sock = self._tls.wrap_socket(sock, server_hostname=ep.host)
-            except (ssl.SSLError, OSError) as exc:
-                sock.close()
-                raise TransportError(f"TLS to {ep.authority}: {exc}") from None
-        elif _KERNEL_TIMESTAMPS:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-                self._timestamps = True
-            except OSError:
-                pass
-        return sock
-
-    def _recv(self, sock: gsocket.socket) -> tuple[bytes, float]:
-        """One read and the time its data arrived (kernel receive time where available)."""
-        if self._timestamps:
-            data, anc, _flags, _addr = sock.recvmsg(_RECV_SIZE, _ANC_SIZE)
-            if anc:
-                sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-                return data, sec + nsec * 1e-9
-            return data, time.time()
-        data = sock.recv(_RECV_SIZE)
-        return data, time.time()
+        if self._tls is None:
+            return _RawStream(sock)
+        try:
+            return _TlsStream(self._tls.wrap_socket(sock, server_hostname=ep.host))
+        except (ssl.SSLError, OSError) as exc:
+            sock.close()
+            raise TransportError(f"TLS to {ep.authority}: {exc}") from None
 
     def _exchange(self, payload: bytes, deadline: float) -> Response:
-        reused = self._sock is not None
-        if self._sock is None:
-            self._sock = self._connect()
-        sock = self._sock
-        sock.settimeout(max(deadline - time.time(), 0.001))
+        reused = self._stream is not None
+        if self._stream is None:
+            self._stream = self._connect()
+        stream = self._stream
+        timer = gevent.Timeout(max(deadline - time.time(), 0.001), _Expired)
+        timer.start()
         try:
-            sent_at = time.time()
-            sock.sendall(payload)
-            head, rest, t_first = self._read_head(sock, reused)
-        except _StaleConnection:
-            self.close()
-            raise
-        except socket.timeout:
-            self.close()
-            raise TransportError("timeout before headers") from None
-        except OSError as exc:
-            self.close()
-            if reused and exc.errno in (errno.ECONNRESET, errno.EPIPE):
-                raise _StaleConnection() from None
-            raise TransportError(f"{_os_reason(exc)} before headers") from None
-        status, headers = _parse_head(head)
-        response = Response(status, headers, sent_at)
-        self._read_body(sock, response, rest, t_first, deadline)
+            try:
+                sent_at = time.time()
+                stream.sendall(payload)
+                head, rest, t_first = _read_head(stream, reused)
+            except _StaleConnection:
+                self.close()
+                raise
+            except _Expired:
+                self.close()
+                raise TransportError("timeout before headers") from None
+            except OSError as exc:
+                self.close()
+                if reused and exc.errno in (errno.ECONNRESET, errno.EPIPE):
+                    raise _StaleConnection() from None
+                raise TransportError(f"{_os_reason(exc)} before headers") from None
+            except TransportError:
+                self.close()
+                raise
+            status, headers = _parse_head(head)
+            response = Response(status, headers, sent_at)
+            _read_body(stream, response, rest, t_first, timer, deadline)
+        finally:
+            timer.close()
         if not response.complete or response.error or headers.get("connection", "").lower() == "close":
             self.close()
         return response
 
-    def _read_head(self, sock: gsocket.socket, reused: bool) -> tuple[bytes, bytes, float]:
-        buf = b""
-        while True:
-            data, t = self._recv(sock)
-            if not data:
-                if not buf and reused:
-                    raise _StaleConnection()
-                raise TransportError("connection closed before headers")
-            buf += data
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                return buf[:end], buf[end + 4:], t
-            if len(buf) > _MAX_HEADER_BYTES:
-                raise TransportError("response headers over 64 KiB")
 
-    def _read_body(self, sock: gsocket.socket, response: Response, rest: bytes, t: float,
-                   deadline: float) -> None:
-        headers = response.headers
-        if response.status in (204, 304) or 100 <= response.status < 200:
-            response.complete = True
-            return
-        decoder: _Body
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            decoder = _ChunkedBody(response)
-        elif "content-length" in headers:
+class _Expired(Exception):
+    """The request's deadline passed (raised into the greenlet by its gevent.Timeout)."""
+
+
+class _RawStream:
+    """A plain TCP connection read the cheapest way gevent allows.
+
+    The C-level socket is non-blocking and waited on with one libev io watcher per direction:
+    no per-call timeout objects (the whole exchange runs under one gevent.Timeout), no failed
+    read before each wait, and each read carries the kernel's arrival timestamp.
+    """
+
+    def __init__(self, sock: gsocket.socket) -> None:
+        family, type_, proto = sock.family, sock.type, sock.proto
+        self._sock = _socket.socket(family, type_, proto, sock.detach())
+        self._sock.setblocking(False)
+        fd = self._sock.fileno()
+        hub = gevent.get_hub()
+        self._wait = hub.wait
+        self._readable = hub.loop.io(fd, 1)
+        self._writable = hub.loop.io(fd, 2)
+        self._buffer = bytearray(_RECV_SIZE)  # reused: a fresh large bytes per read costs an mmap
+        self._view = memoryview(self._buffer)
+        self._timestamps = False
+        if _KERNEL_TIMESTAMPS:
             try:
-                decoder = _LengthBody(response, int(headers["content-length"]))
-            except ValueError:
-                response.error = "bad Content-Length"
-                return
-        else:
-            decoder = _CloseBody(response)
+                self._sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self._timestamps = True
+            except OSError:
+                pass
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self._sock.send(view)
+            except BlockingIOError:
+                self._wait(self._writable)
+                continue
+            view = view[sent:]
+
+    def recv(self) -> tuple[bytes, float]:
+        """Waits for data, then one read: (bytes, arrival time); b"" at the peer's close."""
+        self._wait(self._readable)
+        while True:
+            try:
+                if self._timestamps:
+                    size, anc, _flags, _addr = self._sock.recvmsg_into((self._buffer,), _ANC_SIZE)
+                    data = self._view[:size].tobytes()
+                    if anc:
+                        sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
+                        return data, sec + nsec * 1e-9
+                    return data, time.time()
+                size = self._sock.recv_into(self._buffer)
+                return self._view[:size].tobytes(), time.time()
+            except BlockingIOError:  # a spurious wake-up
+                self._wait(self._readable)
+
+    def close(self) -> None:
+        self._readable.close()
+        self._writable.close()
+        self._view.release()
+        self._sock.close()
+
+
+class _TlsStream:
+    """A TLS connection through gevent's SSL socket (arrival time taken on wake-up)."""
+
+    def __init__(self, sock: gsocket.socket) -> None:
+        sock.settimeout(None)  # the exchange's gevent.Timeout bounds every wait
+        self._sock = sock
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def recv(self) -> tuple[bytes, float]:
+        return self._sock.recv(_RECV_SIZE), time.time()
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _read_head(stream: "_RawStream | _TlsStream", reused: bool) -> tuple[bytes, bytes, float]:
+    buf = b""
+    while True:
+        data, t = stream.recv()
+        if not data:
+            if not buf and reused:
+                raise _StaleConnection()
+            raise TransportError("connection closed before headers")
+        buf += data
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            return buf[:end], buf[end + 4:], t
+        if len(buf) > _MAX_HEADER_BYTES:
+            raise TransportError("response headers over 64 KiB")
+
+
+_DONE_GRACE_S = 5.0  # after [DONE], how long the rest of the framing may take
+
+
+def _read_body(stream: "_RawStream | _TlsStream", response: Response, rest: bytes, t: float,
+               timer: gevent.Timeout, deadline: float) -> None:
+    headers = response.headers
+    if response.status in (204, 304) or 100 <= response.status < 200:
+        response.complete = True
+        return
+    decoder: _Body
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        decoder = _ChunkedBody(response)
+    elif "content-length" in headers:
         try:
-            if rest:
-                decoder.feed(rest, t)
-            while not decoder.finished:
-                remaining = deadline - time.time()
-                if remaining <= 0:
-                    raise socket.timeout()
-                sock.settimeout(remaining if not decoder.saw_done else min(remaining, 5.0))
-                data, t = self._recv(sock)
-                if not data:
-                    decoder.eof()
-                    break
-                decoder.feed(data, t)
-        except socket.timeout:
-            if not decoder.saw_done:  # after [DONE] the stream is over; only the framing lingered
-                response.error = "timeout mid-stream"
-        except TransportError as exc:
-            response.error = str(exc)
-        except OSError as exc:
-            response.error = f"{_os_reason(exc)} mid-stream"
-        response.complete = decoder.finished
+            decoder = _LengthBody(response, int(headers["content-length"]))
+        except ValueError:
+            response.error = "bad Content-Length"
+            return
+    else:
+        decoder = _CloseBody(response)
+    grace: gevent.Timeout | None = None
+    try:
+        if rest:
+            decoder.feed(rest, t)
+        while not decoder.finished:
+            if decoder.saw_done and grace is None:
+                timer.close()
+                grace = gevent.Timeout(min(_DONE_GRACE_S, max(deadline - time.time(), 0.001)), _Expired)
+                grace.start()
+            data, t = stream.recv()
+            if not data:
+                decoder.eof()
+                break
+            decoder.feed(data, t)
+    except _Expired:
+        if not decoder.saw_done:  # after [DONE] the stream is over; only the framing lingered
+            response.error = "timeout mid-stream"
+    except TransportError as exc:
+        response.error = str(exc)
+    except OSError as exc:
+        response.error = f"{_os_reason(exc)} mid-stream"
+    finally:
+        if grace is not None:
+            grace.close()
+    response.complete = decoder.finished
 
 
 class _StaleConnection(Exception):

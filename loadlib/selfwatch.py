@@ -37,6 +37,8 @@ class SelfWatch:
         while True:
             before = time.perf_counter()
             gevent.sleep(self.interval_s)
+            if self._greenlet is None:  # stopped while asleep: what follows is not the run's lag
+                return
             now = time.perf_counter()
             self.lags.append(max(now - before - self.interval_s, 0.0))
             if now - window_wall >= 1.0:

@@ -88,9 +88,9 @@ def test_content_length_and_keep_alive_reuse(connect):
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
     conn = connect([[ok], [ok]])
     assert conn.request("GET", "/a").body == b"hello"
-    sock = conn._sock
+    sock = conn._stream
     assert conn.request("GET", "/b").body == b"hello"
-    assert conn._sock is sock
+    assert conn._stream is sock
 
 
 def test_close_delimited_body(connect):
