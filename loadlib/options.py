@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from loadlib import servertruth
+
 DEFAULT_CONCURRENCY = "2,4,8"
 DEFAULT_SCENARIOS = "code,en_tech,cn_chat,cn_essay"
 
@@ -74,3 +76,4 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--sim-args", default="", include_in_web_ui=False,
                        help="Extra arguments for the built-in simulator, used when no --host is given "
                             "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash')")
+    servertruth.add_arguments(group)

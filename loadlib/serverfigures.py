@@ -1,0 +1,263 @@
+"""The server's own figures per cell, from the scrapes in `metrics.jsonl`, and how they compare
+with the client's.
+
+Each server names its metrics differently (a `Dialect`), and offers some figures only as
+gauges. A counter gives an exact figure for a cell: its change from the cell's start scrape to
+its end scrape. A gauge gives the server's own recent average at the moment of a scrape: the
+cell's figure is the mean of the scrapes taken during the cell, and is labelled "gauge".
+
+The server's accept length (tokens per verify step, counted by the server) and the client's
+tok/chunk (stream-chunk basis) are different figures: they are put side by side, never merged.
+When they differ by more than `DIVERGENCE_LIMIT`, chunks are being merged on the way (SGLang's
+`--stream-interval` above 1, or a proxy that re-chunks the stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import pandas as pd
+
+from loadlib import metrics
+
+DIVERGENCE_LIMIT = 0.10
+COUNTER, GAUGE = "counter", "gauge"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Where one server keeps each figure (metric names as they appear in the samples)."""
+
+    name: str
+    prefix: str
+    accept_counters: tuple[str, str] | None = None  # (accepted draft tokens, drafts): 1 + a/d
+    accept_gauge: str | None = None
+    cache_counters: tuple[tuple[str, str], ...] = ()  # (hit tokens, queried tokens), first found
+    cache_gauge: str | None = None
+    running: str | None = None
+    queued: str | None = None
+    ttft: str | None = None  # histogram: mean = change of _sum / change of _count
+    requests: str | None = None  # finished requests
+    generated: str | None = None  # generated tokens
+
+
+SGLANG = Dialect(
+    "SGLang", "sglang:", accept_gauge="sglang:spec_accept_length",
+    cache_counters=(("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),),
+    cache_gauge="sglang:cache_hit_rate", running="sglang:num_running_reqs",
+    queued="sglang:num_queue_reqs", ttft="sglang:time_to_first_token_seconds",
+    requests="sglang:num_requests_total", generated="sglang:generation_tokens_total")
+VLLM = Dialect(
+    "vLLM", "vllm:",
+    accept_counters=("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
+    cache_counters=(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+                    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total")),
+    cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
+    queued="vllm:num_requests_waiting", ttft="vllm:time_to_first_token_seconds",
+    requests="vllm:request_success_total", generated="vllm:generation_tokens_total")
+LLAMACPP = Dialect(  # no speculative, prefix-cache or TTFT metrics in llama-server's /metrics
+    "llama.cpp", "llamacpp:", running="llamacpp:requests_processing",
+    queued="llamacpp:requests_deferred", generated="llamacpp:tokens_predicted_total")
+DIALECTS = (SGLANG, VLLM, LLAMACPP)
+ROUTER_SPLIT = "sgl_router_processed_requests_total"  # sglang-router: requests sent, by worker
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """One cell of the run as the scrapes tag it; `scenario` names single-stream cells apart."""
+
+    index: int
+    cell: str
+    scenario: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell} {self.scenario}" if self.scenario else self.cell
+
+
+@dataclass(frozen=True)
+class ServerCell:
+    """One source's figures over one cell; None where the server does not offer the figure."""
+
+    source: str
+    dialect: str
+    key: CellKey
+    accept_length: float | None
+    accept_basis: str | None  # COUNTER or GAUGE
+    prefix_hit_rate: float | None  # hit tokens / queried tokens
+    prefix_basis: str | None
+    running_mean: float | None  # requests, from the scrapes taken during the cell
+    running_max: float | None
+    queued_mean: float | None
+    queued_max: float | None
+    ttft_mean_s: float | None
+    requests: float | None
+    generated_tokens: float | None
+    samples: int  # scrapes taken during the cell (between its start and end scrapes)
+
+
+def server_cells(entries: Iterable[dict[str, Any]]) -> list[ServerCell]:
+    """Per source and cell, the server's figures; sources no dialect knows are left out."""
+    out = []
+    for source, by_cell in _by_source_and_cell(entries).items():
+        dialect = dialect_of([e for cell in by_cell.values() for e in cell])
+        if dialect is None:
+            continue
+        for key, cell_entries in by_cell.items():
+            figures = cell_figures(source, dialect, key, cell_entries)
+            if figures is not None:
+                out.append(figures)
+    return out
+
+
+def router_split(entries: Iterable[dict[str, Any]]) -> list[tuple[str, CellKey, dict[str, float]]]:
+    """Per router source and cell: requests the router sent to each worker during the cell."""
+    out = []
+    for source, by_cell in _by_source_and_cell(entries).items():
+        for key, cell_entries in by_cell.items():
+            start, end = _ends(cell_entries)
+            if start is None or end is None:
+                continue
+            workers = sorted({s[1].get("worker", "") for s in end["samples"] if s[0] == ROUTER_SPLIT})
+            if workers:
+                split = {w: _delta(start, end, ROUTER_SPLIT, {"worker": w}) or 0.0 for w in workers}
+                out.append((source, key, split))
+    return out
+
+
+def dialect_of(entries: Iterable[dict[str, Any]]) -> Dialect | None:
+    """The dialect whose prefix the samples use, or None."""
+    for entry in entries:
+        names = {sample[0] for sample in entry.get("samples") or ()}
+        for dialect in DIALECTS:
+            if any(name.startswith(dialect.prefix) for name in names):
+                return dialect
+    return None
+
+
+def cell_figures(source: str, dialect: Dialect, key: CellKey,
+                 entries: list[dict[str, Any]]) -> ServerCell | None:
+    """One source's figures over one cell, from the cell's scrapes; None without both a start
+    and an end scrape."""
+    start, end = _ends(entries)
+    if start is None or end is None:
+        return None
+    during = [e for e in entries if e["phase"] == "interval" and not e.get("error")]
+    accept, accept_basis = _accept_length(dialect, start, end, during)
+    hit, hit_basis = _prefix_hit_rate(dialect, start, end, during)
+    running = [v for v in (_value(e, dialect.running) for e in during) if v is not None]
+    queued = [v for v in (_value(e, dialect.queued) for e in during) if v is not None]
+    return ServerCell(
+        source, dialect.name, key, accept, accept_basis, hit, hit_basis, _mean(running),
+        max(running, default=None), _mean(queued), max(queued, default=None),
+        _histogram_mean(dialect.ttft, start, end), _delta(start, end, dialect.requests),
+        _delta(start, end, dialect.generated), len(during))
+
+
+def client_tok_per_chunk(records: pd.DataFrame) -> dict[tuple[str, str | None], float]:
+    """Per cell (and scenario for single-stream cells): Σcomp / Σchunks of successful requests.
+
+    Summed over the cell rather than averaged per request, to weigh every chunk once, as the
+    server's accept length weighs every verify step once.
+    """
+    ok = records[records["ok"] & (records["chunks"] > 0)]
+    if ok.empty:
+        return {}
+    scenario = ok["scenario"].where(ok["case"] == metrics.SINGLE_CASE, None)
+    sums = ok.assign(_scenario=scenario.fillna("")).groupby(["cell", "_scenario"])[
+        ["completion_tokens", "chunks"]].sum()
+    return {(cell, scen or None): float(metrics.tok_per_chunk(row.completion_tokens, row.chunks))
+            for (cell, scen), row in sums.iterrows()}
+
+
+def divergence(server_accept_length: float | None, client_tok_per_chunk: float | None) -> float | None:
+    """client / server - 1: how far the client's tok/chunk is from the server's accept length."""
+    if not server_accept_length or client_tok_per_chunk is None:
+        return None
+    return client_tok_per_chunk / server_accept_length - 1
+
+
+def diverges(relative: float | None) -> bool:
+    return relative is not None and abs(relative) > DIVERGENCE_LIMIT
+
+
+# --- internals -----------------------------------------------------------------------------
+
+def _by_source_and_cell(entries: Iterable[dict[str, Any]]) -> dict[str, dict[CellKey, list[dict[str, Any]]]]:
+    grouped: dict[str, dict[CellKey, list[dict[str, Any]]]] = {}
+    for entry in entries:
+        if entry.get("cell_index") is None:
+            continue
+        key = CellKey(entry["cell_index"], entry["cell"], entry.get("scenario"))
+        grouped.setdefault(entry["source"], {}).setdefault(key, []).append(entry)
+    return grouped
+
+
+def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    start = next((e for e in entries if e["phase"] == "start" and not e.get("error")), None)
+    end = next((e for e in entries if e["phase"] == "end" and not e.get("error")), None)
+    return start, end
+
+
+def _accept_length(dialect: Dialect, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+    if dialect.accept_counters:
+        accepted, drafts = (_delta(start, end, name) for name in dialect.accept_counters)
+        if accepted is not None and drafts:
+            return 1 + accepted / drafts, COUNTER
+    if dialect.accept_gauge:
+        # A gauge below 1 means no speculative step since the server started: no data, not a figure.
+        values = [v for v in (_gauge_mean(e, dialect.accept_gauge, floor=1.0) for e in [*during, end])
+                  if v is not None]
+        if values:
+            return _mean(values), GAUGE
+    return None, None
+
+
+def _prefix_hit_rate(dialect: Dialect, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+    for hits_name, queries_name in dialect.cache_counters:
+        hits, queries = _delta(start, end, hits_name), _delta(start, end, queries_name)
+        if hits is not None and queries:
+            return hits / queries, COUNTER
+    if dialect.cache_gauge:
+        values = [v for v in (_gauge_mean(e, dialect.cache_gauge) for e in [*during, end]) if v is not None]
+        if values:
+            return _mean(values), GAUGE
+    return None, None
+
+
+def _value(entry: dict[str, Any], name: str | None, labels: dict[str, str] | None = None) -> float | None:
+    """Sum of a sample over its series (engines, ranks); 0 for a declared family without
+    samples yet; None when the server does not have the metric."""
+    if name is None:
+        return None
+    values = [s[2] for s in entry.get("samples") or () if s[0] == name
+              and (labels is None or all(s[1].get(k) == v for k, v in labels.items()))]
+    if values:
+        return float(sum(values))
+    family = name.removesuffix("_total").removesuffix("_sum").removesuffix("_count")
+    return 0.0 if family in (entry.get("families") or {}) else None
+
+
+def _gauge_mean(entry: dict[str, Any], name: str, floor: float = 0.0) -> float | None:
+    values = [s[2] for s in entry.get("samples") or () if s[0] == name and s[2] >= floor]
+    return sum(values) / len(values) if values else None
+
+
+def _delta(start: dict, end: dict, name: str | None, labels: dict[str, str] | None = None) -> float | None:
+    """A counter's change over the cell; None if missing or reset (the server restarted)."""
+    before, after = _value(start, name, labels), _value(end, name, labels)
+    if before is None or after is None or after < before:
+        return None
+    return after - before
+
+
+def _histogram_mean(name: str | None, start: dict, end: dict) -> float | None:
+    if name is None:
+        return None
+    total, count = _delta(start, end, f"{name}_sum"), _delta(start, end, f"{name}_count")
+    return total / count if total is not None and count else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,185 @@
+"""What the target says about itself, read once at the start of a run for the manifest.
+
+Users post the server version and launch flags beside every result; reading them from the
+server (SGLang's /get_server_info, vLLM's /version, llama.cpp's /props, /v1/models) makes them
+exact. An endpoint the server does not offer is recorded as missing, not raised. Secrets never
+reach a file: the API key in use and every field named like a key, token or password are
+replaced by "***" (SGLang's server args include its own `api_key`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from importlib import metadata
+from typing import Any
+
+import orjson
+import psutil
+
+from loadlib.http1 import Connection, Endpoint, TransportError
+
+SERVER_INFO_FILE = "server_info.json"
+# Each group is one piece of information; its paths are tried in order until one answers.
+PROBES = (
+    ("/get_server_info", "/server_info"),  # SGLang: server args, version, internal states
+    ("/get_model_info", "/model_info"),  # SGLang: model path, architecture
+    ("/v1/models",),  # every OpenAI-compatible server
+    ("/version",),  # vLLM
+    ("/props",),  # llama.cpp: slots, context, build
+)
+# The launch flags users post beside their numbers (SGLang server-arg names).
+LAUNCH_FLAGS = (
+    "model_path", "served_model_name", "tp_size", "dp_size", "context_length", "quantization",
+    "kv_cache_dtype", "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
+    "max_prefill_tokens", "page_size", "disable_radix_cache", "enable_hierarchical_cache",
+    "enable_cache_report", "stream_interval", "attention_backend", "speculative_algorithm",
+    "speculative_draft_model_path", "speculative_num_draft_tokens", "speculative_num_steps",
+    "speculative_eagle_topk", "speculative_dflash_block_size",
+)
+REDACTED = "***"
+_SECRET_NAME = re.compile(r"api_?key|secret|passw(or)?d|credential|(^|_)token$", re.IGNORECASE)
+
+
+def probe_server(base_url: str, api_key: str | None = None, verify_tls: bool = True,
+                 timeout_s: float = 5.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Asks the target what it is: (summary for the manifest, redacted response bodies by path).
+
+    The summary holds `kind` (sglang, vllm, llama.cpp or unknown), `version`, `launch` (the
+    flags in `LAUNCH_FLAGS` that the server reports) and `endpoints` (path -> "ok" or why it
+    is missing). Once the host cannot be reached, the remaining paths are not tried.
+    """
+    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls,
+                            connect_timeout=min(timeout_s, 3.0))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    endpoints: dict[str, str] = {}
+    bodies: dict[str, Any] = {}
+    unreachable = None
+    try:
+        for group in PROBES:
+            for path in group:
+                if unreachable:
+                    endpoints[path] = f"not tried: {unreachable}"
+                    continue
+                try:
+                    body, reason = _get_json(connection, path, headers)
+                except TransportError as exc:
+                    unreachable = str(exc)
+                    endpoints[path] = unreachable
+                    continue
+                endpoints[path] = reason or "ok"
+                if reason is None:
+                    bodies[path] = redact(body, api_key)
+                    break
+    finally:
+        connection.close()
+    summary = {"kind": server_kind(bodies), "version": server_version(bodies),
+               "launch": launch_flags(bodies), "endpoints": endpoints}
+    return summary, bodies
+
+
+def _get_json(connection: Connection, path: str, headers: dict[str, str]) -> tuple[Any, str | None]:
+    """(JSON body, None) for a 200 with JSON, else (None, why the path counts as missing)."""
+    response = connection.request("GET", path, headers=headers)
+    if response.status != 200:
+        return None, f"missing (HTTP {response.status})"
+    if response.error:
+        return None, f"missing ({response.error})"
+    try:
+        return orjson.loads(response.body), None
+    except orjson.JSONDecodeError:
+        return None, "missing (not JSON)"
+
+
+def redact(value: Any, api_key: str | None = None) -> Any:
+    """A copy of a JSON value with secret-named fields and the API key itself replaced by ***."""
+    if isinstance(value, dict):
+        return {k: REDACTED if _SECRET_NAME.search(str(k)) and v not in (None, "", False)
+                else redact(v, api_key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, api_key) for v in value]
+    if isinstance(value, str) and api_key and api_key in value:
+        return value.replace(api_key, REDACTED)
+    return value
+
+
+def server_kind(bodies: dict[str, Any]) -> str:
+    """sglang, vllm, llama.cpp or unknown, from what the server answered."""
+    info = _server_args(bodies)
+    if "tp_size" in info or "internal_states" in info:
+        return "sglang"
+    props = bodies.get("/props")
+    if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
+        return "llama.cpp"
+    if isinstance(bodies.get("/version"), dict):
+        return "vllm"
+    owners = {m.get("owned_by") for m in _models(bodies)}
+    for owner, kind in (("sglang", "sglang"), ("vllm", "vllm"), ("llamacpp", "llama.cpp")):
+        if owner in owners:
+            return kind
+    return "unknown"
+
+
+def server_version(bodies: dict[str, Any]) -> str | None:
+    """SGLang's and vLLM's `version`, or llama.cpp's `build_info`."""
+    for path, key in (("/get_server_info", "version"), ("/server_info", "version"),
+                      ("/version", "version"), ("/props", "build_info")):
+        body = bodies.get(path)
+        if isinstance(body, dict) and body.get(key):
+            return str(body[key])
+    return None
+
+
+def launch_flags(bodies: dict[str, Any]) -> dict[str, Any]:
+    """The launch flags users post (SGLang's server args, llama.cpp's slots and context)."""
+    info = _server_args(bodies)
+    flags = {name: info[name] for name in LAUNCH_FLAGS if name in info}
+    props = bodies.get("/props")
+    if isinstance(props, dict):
+        settings = props.get("default_generation_settings") or {}
+        for name, value in (("total_slots", props.get("total_slots")),
+                            ("n_ctx", settings.get("n_ctx") if isinstance(settings, dict) else None),
+                            ("model_path", props.get("model_path"))):
+            if value is not None:
+                flags.setdefault(name, value)
+    return flags
+
+
+def _server_args(bodies: dict[str, Any]) -> dict[str, Any]:
+    info = bodies.get("/get_server_info") or bodies.get("/server_info") or {}
+    return info if isinstance(info, dict) else {}
+
+
+def _models(bodies: dict[str, Any]) -> list[dict[str, Any]]:
+    models = bodies.get("/v1/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+def client_host() -> dict[str, Any]:
+    """The load generator's hardware and software, which users post beside their numbers."""
+    return {
+        "cpu_model": _cpu_model(), "cores": os.cpu_count(),
+        "cores_physical": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(), "locust": _version("locust"),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None

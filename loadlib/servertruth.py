@@ -1,0 +1,168 @@
+"""Server-side truth during a run: what the target says it is, and its metrics around every cell.
+
+`attach` is called once per run by the session (after the conductor exists, before it starts).
+It writes the target's self-description into the manifest (and the full answers into
+`server_info.json`), scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages at
+the start and end of every cell and every `--metrics-interval` seconds into `metrics.jsonl`, and
+warns as soon as a cell's server accept length and client tok/chunk disagree. Nothing here may
+stop a run: a failure is recorded or logged, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import gevent
+import orjson
+
+from loadlib import metrics, serverfigures
+from loadlib.manifest import write_manifest
+from loadlib.promscrape import METRICS_FILE, MetricsSource, Scraper, metrics_url
+from loadlib.serverinfo import SERVER_INFO_FILE, client_host, probe_server
+
+log = logging.getLogger("uni-bench")
+
+DEFAULT_INTERVAL_S = 5.0
+
+
+def add_arguments(parser: Any) -> None:
+    """Adds the server-metrics options to Locust's parser (called from `options.add_arguments`)."""
+    parser.add_argument("--router-metrics", type=page_url, default=None, metavar="URL",
+                        help="The router's metrics page (e.g. sglang-router's --prometheus-port), "
+                             "scraped beside the target's")
+    parser.add_argument("--worker-metrics", type=page_url, nargs="+", default=[], metavar="URL",
+                        include_in_web_ui=False,
+                        help="Each instance's metrics page behind a router: the per-instance split")
+    parser.add_argument("--metrics-interval", type=non_negative_float, default=DEFAULT_INTERVAL_S,
+                        metavar="S", help="Seconds between /metrics scrapes during the run, beside the "
+                                          f"ones at every cell's start and end (default {DEFAULT_INTERVAL_S:g}; "
+                                          "0: only those)")
+
+
+def page_url(text: str) -> str:
+    try:
+        return metrics_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value:g}")
+    return value
+
+
+def metrics_sources(target: str, router: str | None = None, workers: list[str] | tuple[str, ...] = ()) -> list[MetricsSource]:
+    """The pages to scrape: the target's own, the router's, then each worker's ("worker 1", ...)."""
+    sources = [MetricsSource("target", metrics_url(target))]
+    if router:
+        sources.append(MetricsSource("router", metrics_url(router)))
+    sources += [MetricsSource(f"worker {i}", metrics_url(url)) for i, url in enumerate(workers, start=1)]
+    return sources
+
+
+def _never_raises(method: Callable[..., None]) -> Callable[..., None]:
+    """Hook boundary: a bug here is logged with its traceback, and the run goes on."""
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the run must not stop for its side view
+            log.exception("server-side metrics: %s failed; the run goes on", method.__name__)
+    return guarded
+
+
+class ServerWatch:
+    """The server's side of one run (on Locust's master or the local runner)."""
+
+    def __init__(self, session: Any, api_key: str | None) -> None:
+        self.session = session
+        self.run_dir: Path = session.run_dir
+        opts = session.opts
+        host = session.environment.host
+        verify_tls = not opts.insecure
+        self.interval_s = getattr(opts, "metrics_interval", DEFAULT_INTERVAL_S)
+        summary, bodies = probe_server(host, api_key, verify_tls)
+        (self.run_dir / SERVER_INFO_FILE).write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2))
+        sources = metrics_sources(host, getattr(opts, "router_metrics", None), getattr(opts, "worker_metrics", []))
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.scraper = Scraper(self.run_dir, sources, headers, verify_tls)
+        self.scraper.scrape("run-start")
+        session.manifest["server"] = {**summary, "info_file": SERVER_INFO_FILE, "metrics": {
+            "file": METRICS_FILE, "interval_s": self.interval_s,
+            "sources": {s.name: s.url for s in sources}, "missing": dict(self.scraper.missing)}}
+        session.manifest.setdefault("client", {}).update(client_host())
+        write_manifest(self.run_dir, session.manifest)
+        self.cell: dict[str, Any] | None = None  # tag of the cell in progress
+        self._cell_entries: list[dict[str, Any]] = []
+        self._cells_started = 0
+        self._ticker = gevent.spawn(self._tick) if self.interval_s > 0 and self.scraper.active else None
+        session.conductor.cell_events.add_listener(self.on_cell)
+        session.environment.events.test_stop.add_listener(self.finish)
+
+    @_never_raises
+    def on_cell(self, cell: Any, phase: str, **_kwargs: Any) -> None:
+        """Conductor hook: scrape when a cell starts and ends; warn on divergence at its end."""
+        if phase == "start":
+            self.cell = {"cell_index": self._cells_started, "cell": cell.name, "case": cell.case,
+                         "scenario": cell.prompts[0] if cell.case == metrics.SINGLE_CASE else None}
+            self._cells_started += 1
+            self._cell_entries = []
+        tag = self.cell
+        self._cell_entries += self.scraper.scrape(phase, tag)
+        if phase == "end":
+            self.cell = None
+            self._warn_on_divergence(tag)
+
+    def _tick(self) -> None:
+        while True:
+            gevent.sleep(self.interval_s)
+            self._scrape_interval()
+
+    @_never_raises
+    def _scrape_interval(self) -> None:
+        entries = self.scraper.scrape("interval", self.cell)
+        if self.cell is not None:
+            self._cell_entries += entries
+
+    @_never_raises
+    def finish(self, **_kwargs: Any) -> None:
+        """The test stopped: a last scrape, then this run's hooks are released."""
+        self.session.environment.events.test_stop.remove_listener(self.finish)
+        self.session.conductor.cell_events.remove_listener(self.on_cell)
+        if self._ticker is not None:
+            self._ticker.kill(block=False)
+        self.scraper.scrape("run-end")
+        self.scraper.close()
+
+    def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
+        if tag is None:
+            return
+        key = serverfigures.CellKey(tag["cell_index"], tag["cell"], tag["scenario"])
+        records = [r for r in self.session.records if r["cell"] == key.cell
+                   and (key.scenario is None or r["scenario"] == key.scenario)]
+        client = serverfigures.client_tok_per_chunk(metrics.records_frame(records)).get((key.cell, key.scenario))
+        for server in serverfigures.server_cells(self._cell_entries):
+            relative = serverfigures.divergence(server.accept_length, client)
+            if serverfigures.diverges(relative):
+                log.warning("%s: %s accept length %.2f (%s) but client tok/chunk %.2f (%+.0f%%): "
+                            "chunks are merged on the way (--stream-interval above 1, or a proxy)",
+                            key.label, server.source, server.accept_length, server.accept_basis,
+                            client, relative * 100)
+
+
+def attach(session: Any, api_key: str | None) -> ServerWatch | None:
+    """Starts the server-side view of the run that `session` is beginning; None if it could not."""
+    try:
+        return ServerWatch(session, api_key)
+    except Exception:  # noqa: BLE001 - a run without the server's view is still a run
+        log.exception("server-side metrics: could not start; the run goes on without them")
+        return None
