@@ -23,7 +23,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
-from loadlib import options
+from loadlib import options, servertruth
 from loadlib.client import ChatSettings, discover_model
 from loadlib.http1 import Endpoint
 from loadlib.manifest import build_manifest, write_manifest
@@ -108,6 +108,7 @@ class RunSession:
         self.conductor = Conductor(plan, prompt_body_builder(settings), self._dispatch, self._capacity,
                                    lead_time_s=0.25 if self._distributed else 0.05,
                                    round_timeout_s=opts.request_timeout + 60)
+        servertruth.attach(self, api_key)
         log.info("Run directory: %s (%d cells, model %s)", self.run_dir, len(plan), model)
         gevent.spawn(self.conductor.run)
 
