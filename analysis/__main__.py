@@ -1,4 +1,9 @@
-"""`python -m analysis report RUN_DIR [--json]`: the run's figures, recomputed from raw records.
+"""`python -m analysis`: tables, comparisons and plots from the raw records of runs.
+
+  report RUN_DIR                   every figure of one run
+  compare RUN_DIR RUN_DIR ...      one column a run, differences to the first
+  panorama RUN_DIR ...             configuration x (same, different) per concurrency, scaling
+  plot RUN_DIR ... --out DIR       PNG charts
 
 Bad input ends with one line naming it and exit code 2, never a traceback.
 """
@@ -10,32 +15,84 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-import orjson
-
-from analysis.rundir import RunDirError, read_journal, read_manifest
-from analysis.summary import protocol_summary, render_protocol_summary
+from analysis.compare import compare
+from analysis.formats import RENDERERS
+from analysis.panorama import panorama
+from analysis.plot import plot
+from analysis.report import run_report
+from analysis.rundir import Run, RunDirError, load_run
 
 USAGE_ERROR = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    report = commands.add_parser("report", help="the run's protocol figures")
-    report.add_argument("run_dir", metavar="RUN_DIR")
-    report.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser = _parser()
     args = parser.parse_args(argv)
+    labels = args.labels.split(",") if getattr(args, "labels", None) else []
+    if labels and len(labels) != len(args.run_dirs):
+        parser.error(f"--labels names {len(labels)} runs but {len(args.run_dirs)} were given")
     try:
-        records = read_journal(args.run_dir)
-        manifest = read_manifest(args.run_dir)
+        runs = _load(args.run_dirs, labels)
     except RunDirError as exc:
         print(f"python -m analysis {args.command}: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    if args.json:
-        sys.stdout.write(orjson.dumps(protocol_summary(records), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        print(render_protocol_summary(records, manifest))
+    if args.command == "plot":
+        for path in plot(runs, args.out):
+            print(path)
+        return 0
+    document = {
+        "report": lambda: run_report(runs[0], args.slo_ttft, args.slo_decode),
+        "compare": lambda: compare(runs, args.slo_ttft, args.slo_decode),
+        "panorama": lambda: panorama(runs),
+    }[args.command]()
+    print(RENDERERS[args.format](document))
     return 0
+
+
+def _load(run_dirs: list[str], labels: list[str]) -> list[Run]:
+    runs = [load_run(path, label) for path, label in zip(run_dirs, labels or [None] * len(run_dirs))]
+    seen = [run.label for run in runs]
+    if len(set(seen)) < len(seen):  # two runs named alike would share one column
+        runs = [Run(run.path, f"{run.label}#{i + 1}", run.records, run.manifest, run.locust)
+                for i, run in enumerate(runs)]
+    return runs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser("report", help="every figure of one run")
+    report.add_argument("run_dirs", metavar="RUN_DIR", nargs=1)
+    _add_format(report)
+    _add_slo(report)
+    for name, help_text in (("compare", "several runs side by side, one column a run"),
+                            ("panorama", "configuration x (same, different) per concurrency, and scaling")):
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+        command.add_argument("--labels", help="comma-separated column names, one per run (default: directory names)")
+        _add_format(command)
+        if name == "compare":
+            _add_slo(command)
+    charts = commands.add_parser("plot", help="PNG charts of one or several runs")
+    charts.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    charts.add_argument("--labels", help="comma-separated legend names, one per run")
+    charts.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    return parser
+
+
+def _add_format(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    for name, help_text in (("json", "JSON, full precision"), ("csv", "one tidy CSV: section,row,column,value"),
+                            ("md", "Markdown tables for posting")):
+        group.add_argument(f"--{name}", dest="format", action="store_const", const=name, help=help_text)
+    parser.set_defaults(format="text")
+
+
+def _add_slo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--slo-ttft", type=float, default=2.0, metavar="S",
+                        help="goodput: TTFT at most S seconds (default 2)")
+    parser.add_argument("--slo-decode", type=float, default=20.0, metavar="TPS",
+                        help="goodput: decode at least TPS tokens/s (default 20)")
 
 
 if __name__ == "__main__":

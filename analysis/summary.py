@@ -1,7 +1,7 @@
 """The protocol summary in the thread's layout, as a dict (JSON schema of issue 8) and as text.
 
-The live end-of-run summary and `python -m analysis report` both call these two functions on
-the same raw records, so they cannot disagree.
+The live end-of-run summary and `python -m analysis report` both call these functions on the
+same raw records, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -13,12 +13,18 @@ import numpy as np
 import pandas as pd
 
 from analysis import text
+from analysis.document import Document, Section
+from analysis.formats import console
+from analysis.formats.json import rows
 from loadlib import metrics
 from loadlib.prompts import SINGLE_STREAM_SCENARIOS
 
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
 SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
                    "cn_chat": "Chinese chat", "cn_essay": "Chinese essay"}
+# issue 8's JSON schema
+SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]
+CONCURRENT_FIELDS = ["concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,7 @@ class ProtocolTables:
     @classmethod
     def from_frame(cls, df: pd.DataFrame) -> "ProtocolTables":
         single = metrics.single_stream_table(df)
-        single = single.reindex(sorted(single.index, key=_scenario_order))
+        single = single.reindex(sorted(single.index, key=scenario_order))
         ttft = metrics.ttft_percentiles(df)
         ttft = ttft.reindex(sorted(ttft.index, key=cell_order))
         failures = metrics.failures_table(df)
@@ -51,82 +57,82 @@ def protocol_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return summary_dict(ProtocolTables.from_frame(metrics.records_frame(records)))
 
 
-def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
-    single = tables.single[["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]]
-    concurrent = tables.concurrent[["concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap"]]
-    return {
-        "single": {name: _plain_row(row) for name, row in single.to_dict("index").items()},
-        "concurrent": [_plain_row(row) for row in concurrent.to_dict("records")],
-        "ttft_percentiles": {cell: _plain_row(row) for cell, row in tables.ttft.to_dict("index").items()},
-        "failures": [_plain_row(row) for row in tables.failures.to_dict("records")],
-    }
-
-
 def render_protocol_summary(records: Iterable[dict[str, Any]],
                             manifest: Mapping[str, Any] | None = None) -> str:
     """The summary as the thread's users post it: single stream, concurrency, TTFT, failures."""
     df = metrics.records_frame(records)
-    return render_tables(ProtocolTables.from_frame(df), settings_line(df, manifest))
+    tables = ProtocolTables.from_frame(df)
+    return console.render(Document(settings_line(df, manifest), protocol_sections(tables)))
 
 
-def render_tables(tables: ProtocolTables, heading: str) -> str:
-    return "\n".join([
-        heading, "",
-        "Single stream (decode = (comp-1)/(total-ttft); tok/chunk on the stream-chunk basis)",
-        text.table(single_text(tables.single), left=["scenario"]), "",
-        "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds; "
-        "overlap = aggregate / single-stream code decode)",
-        text.table(concurrent_text(tables.concurrent), left=["case"]), "",
-        "TTFT percentiles (s, from raw records of successful requests)",
-        text.table(ttft_text(tables.ttft), left=["cell"]), "",
-        "Failures by reason (excluded from every figure above)",
-        text.table(tables.failures.astype({"count": "int64"}).astype(str), left=["cell", "error"]),
-    ])
+def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
+    single = tables.single[SINGLE_FIELDS]
+    concurrent = tables.concurrent[CONCURRENT_FIELDS]
+    return {
+        "single": dict(zip(single.index, rows(single))),
+        "concurrent": rows(concurrent),
+        "ttft_percentiles": dict(zip(tables.ttft.index, rows(tables.ttft))),
+        "failures": rows(tables.failures),
+    }
+
+
+def protocol_sections(tables: ProtocolTables) -> list[Section]:
+    """The thread's tables: what the live summary prints and what every report starts with."""
+    single, concurrent, ttft = tables.single, tables.concurrent, tables.ttft
+    return [
+        Section(
+            "single", "Single stream (decode = (comp-1)/(total-ttft); tok/chunk on the stream-chunk basis)",
+            single[SINGLE_FIELDS].reset_index(), pd.DataFrame({
+                "scenario": [scenario_label(name) for name in single.index],
+                "decode t/s": text.column(single["decode_tps"]),
+                "range": text.spans(single["decode_min"], single["decode_max"]),
+                "TTFT s": text.column(single["ttft_s"], 3),
+                "tok/chunk": text.column(single["tok_per_chunk"], 2),
+                "n": text.column(single["n"], 0),
+            }), keys=("scenario",), left=("scenario",)),
+        Section(
+            "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds; "
+            "overlap = aggregate / single-stream code decode)",
+            concurrent[CONCURRENT_FIELDS], pd.DataFrame({
+                "N": text.column(concurrent["concurrency"], 0),
+                "case": [CASE_LABELS.get(case, case) for case in concurrent["case"]],
+                "aggregate t/s": text.column(concurrent["aggregate_tps"]),
+                "range": text.spans(concurrent["min"], concurrent["max"]),
+                "n": text.column(concurrent["n"], 0),
+                "overlap": [text.ratio(v) for v in concurrent["overlap"]],
+            }), keys=("concurrency", "case"), left=("case",)),
+        Section(
+            "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests)",
+            ttft.reset_index(), pd.DataFrame({
+                "cell": list(ttft.index.astype(str)),
+                **{col: text.column(ttft[col], 3) for col in ("p50", "p90", "p99")},
+                "n": text.column(ttft["n"], 0),
+            }), keys=("cell",), left=("cell",)),
+        Section(
+            "failures", "Failures by reason (excluded from every figure above)",
+            tables.failures, tables.failures.astype(str), keys=("cell", "error"), left=("cell", "error")),
+    ]
 
 
 def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     """What was measured: model and target from the manifest, settings from the records."""
     manifest = manifest or {}
-    parts = [f"{key} {manifest[key]}" for key in ("model", "target") if manifest.get(key)]
+    target = manifest.get("target")
+    if isinstance(target, Mapping):
+        target = f"{target.get('url')}{' (built-in simulator)' if target.get('builtin_simulator') else ''}"
+    parts = [f"{key} {value}" for key, value in (("model", manifest.get("model")), ("target", target)) if value]
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
     if max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
-    parts.append("thinking " + ("ON" if df["thinking"].fillna(False).astype(bool).any() else "off"))
+    parts.append("thinking " + ("ON" if df["thinking"].any() else "off"))
     if len(df):
         parts.append(f"{int(df['round'].max()) + 1} rounds")
     parts.append(f"{len(df)} requests, {int((~df['ok']).sum())} failed")
     return "uni-bench summary: " + ", ".join(parts)
 
 
-def single_text(single: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "scenario": [f"{name} ({SCENARIO_LABELS[name]})" if name in SCENARIO_LABELS else name
-                     for name in single.index],
-        "decode t/s": single["decode_tps"].map(text.num).to_numpy(),
-        "range": [text.span(lo, hi) for lo, hi in zip(single["decode_min"], single["decode_max"])],
-        "TTFT s": single["ttft_s"].map(lambda v: text.num(v, 3)).to_numpy(),
-        "tok/chunk": single["tok_per_chunk"].map(lambda v: text.num(v, 2)).to_numpy(),
-        "n": single["n"].astype(str).to_numpy(),
-    })
-
-
-def concurrent_text(concurrent: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "N": concurrent["concurrency"].astype(str),
-        "case": concurrent["case"].map(lambda c: CASE_LABELS.get(c, c)),
-        "aggregate t/s": concurrent["aggregate_tps"].map(text.num),
-        "range": [text.span(lo, hi) for lo, hi in zip(concurrent["min"], concurrent["max"])],
-        "n": concurrent["n"].astype(str),
-        "overlap": concurrent["overlap"].map(text.ratio),
-    })
-
-
-def ttft_text(ttft: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "cell": ttft.index.astype(str),
-        **{col: ttft[col].map(lambda v: text.num(v, 3)).to_numpy() for col in ("p50", "p90", "p99")},
-        "n": ttft["n"].astype(str).to_numpy(),
-    })
+def scenario_label(name: str) -> str:
+    return f"{name} ({SCENARIO_LABELS[name]})" if name in SCENARIO_LABELS else name
 
 
 def cell_order(cell: str) -> tuple[int, int, str]:
@@ -139,19 +145,6 @@ def cell_order(cell: str) -> tuple[int, int, str]:
     return (2, 0, cell)
 
 
-def _scenario_order(name: str) -> tuple[int, str]:
+def scenario_order(name: str) -> tuple[int, str]:
     known = SINGLE_STREAM_SCENARIOS
     return (known.index(name), "") if name in known else (len(known), name)
-
-
-def _plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _plain(value) for key, value in row.items()}
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready scalar: numpy numbers become Python ones, NaN becomes None."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    return value

@@ -1,9 +1,9 @@
-"""Plain-text table formatting shared by the console outputs (pandas does the layout)."""
+"""Number formatting and plain-text table layout for the views people read."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
@@ -11,22 +11,37 @@ MISSING = "-"
 
 
 def num(value: Any, digits: int = 1) -> str:
-    """A number with fixed decimals, or "-" when it is missing."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """A number with fixed decimals and thousands separated, or "-" when missing."""
+    if value is None or pd.isna(value):
         return MISSING
-    return f"{value:,.{digits}f}" if abs(value) >= 10_000 else f"{value:.{digits}f}"
+    return f"{value:,.{digits}f}"
 
 
-def span(low: Any, high: Any, digits: int = 1) -> str:
-    """A min-max range the way the thread writes it: "256.2–256.3"."""
-    if num(low) == MISSING:
-        return MISSING
-    return f"{num(low, digits)}–{num(high, digits)}"
+def column(values: Iterable[Any], digits: int = 1) -> list[str]:
+    return [num(v, digits) for v in values]
+
+
+def spans(lows: Iterable[Any], highs: Iterable[Any], digits: int = 1) -> list[str]:
+    """Min-max ranges the way the thread writes them: "256.2–256.3"."""
+    return [MISSING if num(lo) == MISSING else f"{num(lo, digits)}–{num(hi, digits)}"
+            for lo, hi in zip(lows, highs)]
 
 
 def ratio(value: Any) -> str:
     """A speed-up factor: "1.89x"."""
     return MISSING if num(value) == MISSING else f"{value:.2f}x"
+
+
+def percent(value: Any, digits: int = 0) -> str:
+    """A share as a percentage: 0.5 -> "50%"."""
+    return MISSING if num(value) == MISSING else f"{value * 100:.{digits}f}%"
+
+
+def signed_percent(value: Any) -> str:
+    """A difference in percent with its sign: "+4.6%"."""
+    if num(value) == MISSING or math.isinf(value):
+        return MISSING
+    return f"{value:+.1f}%".replace("-0.0%", "+0.0%")
 
 
 def table(frame: pd.DataFrame, left: Sequence[str] = ()) -> str:
@@ -41,5 +56,5 @@ def table(frame: pd.DataFrame, left: Sequence[str] = ()) -> str:
     for col in left:
         out[col] = out[col].str.ljust(widths[col])
     out.columns = [str(col).ljust(widths[col]) if col in left else str(col) for col in frame.columns]
-    text = out.to_string(index=False, col_space=[widths[col] + 2 for col in frame.columns])
-    return "\n".join(line.rstrip() for line in text.splitlines())
+    laid_out = out.to_string(index=False, col_space=[widths[col] + 2 for col in frame.columns])
+    return "\n".join(line.rstrip() for line in laid_out.splitlines())

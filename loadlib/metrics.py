@@ -10,7 +10,11 @@ Validity is decided once, by the client: a request that has no first token, no u
 
 from __future__ import annotations
 
-from typing import Any, Iterable, TypeVar
+import gc
+import itertools
+from contextlib import contextmanager
+from operator import itemgetter
+from typing import Any, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,6 +27,9 @@ RECORD_COLUMNS = [
     "cached_tokens", "chunks", "finish_reason", "http_status", "error", "output_sha",
     "max_tokens", "thinking",
 ]
+FLOAT_COLUMNS = ("sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
+                 "cached_tokens", "chunks", "http_status", "max_tokens")  # None becomes NaN
+INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 PERCENTILES = (0.5, 0.9, 0.99)
 # The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
 SINGLE_CASE = "single"
@@ -58,6 +65,15 @@ def prefill_tps(prompt_tokens: Num, ttft_s: Num) -> Num:
     return prompt_tokens / ttft_s
 
 
+def uncached_prefill_tps(prompt_tokens: Num, cached_tokens: Num, ttft_s: Num) -> Num:
+    """`(prompt_tokens - cached_tokens) / ttft`: prefill rate over the tokens actually computed.
+
+    With a prefix (radix) cache hit only the uncached tail is prefilled, so this stays
+    comparable with the cold figure where `prefill_tps` would be inflated by the hit.
+    """
+    return (prompt_tokens - cached_tokens) / ttft_s
+
+
 def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:
     """Estimated verify steps per second: decode / tok-per-chunk (roughly constant per setup)."""
     return decode / tokens_per_chunk
@@ -69,36 +85,85 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Records (dicts) as a DataFrame with the per-request figures as columns.
 
     Adds `ok` (no error) and, for ok rows, `decode_tps`, `tok_per_chunk`, `e2e_tps`,
-    `prefill_tps`; failed rows hold NaN there so that they never enter a mean.
+    `prefill_tps`, `uncached_prefill_tps`; failed rows hold NaN there so that they never enter
+    a mean. Also adds wall-clock instants (epoch s): `first_token_at`, `last_token_at` (last
+    content chunk, else end of stream) and `end_at`.
+    Built in batches column by column, because a million records must load in seconds.
     """
-    df = pd.DataFrame.from_records(list(records), columns=RECORD_COLUMNS)
-    for col in ("ttft_s", "total_s", "last_chunk_s", "sent_at"):
-        df[col] = df[col].astype("float64")
-    for col in ("completion_tokens", "prompt_tokens", "cached_tokens", "chunks"):
-        df[col] = df[col].astype("float64")
-    df["ok"] = df["error"].isna()
-    ok = df["ok"]
-    df["decode_tps"] = decode_tps(df["completion_tokens"], df["ttft_s"], df["total_s"]).where(ok)
-    df["tok_per_chunk"] = tok_per_chunk(df["completion_tokens"], df["chunks"].replace(0, np.nan)).where(ok)
-    df["e2e_tps"] = end_to_end_tps(df["completion_tokens"], df["total_s"]).where(ok)
-    df["prefill_tps"] = prefill_tps(df["prompt_tokens"], df["ttft_s"]).where(ok)
+    with _gc_paused():
+        parts = [_batch_frame(batch) for batch in _batches(iter(records), 65_536)]
+    df = pd.concat(parts, ignore_index=True) if parts else _batch_frame([])
+    ok = df["ok"] = df["error"].isna()
+    comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
+    df["decode_tps"] = decode_tps(comp, ttft, total).where(ok)
+    df["tok_per_chunk"] = tok_per_chunk(comp, df["chunks"].replace(0, np.nan)).where(ok)
+    df["e2e_tps"] = end_to_end_tps(comp, total).where(ok)
+    df["prefill_tps"] = prefill_tps(df["prompt_tokens"], ttft).where(ok)
+    df["uncached_prefill_tps"] = uncached_prefill_tps(df["prompt_tokens"], df["cached_tokens"], ttft).where(ok)
+    df["first_token_at"] = df["sent_at"] + ttft
+    df["last_token_at"] = df["sent_at"] + df["last_chunk_s"].fillna(total)
+    df["end_at"] = df["sent_at"] + total
     return df
 
 
-def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per concurrent round: `aggregate_tps = sum(comp - 1) / max(total - ttft)`.
+def _batches(items: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
 
-    This is the protocol's formula with its quirk: the denominator is the longest single
-    stream's decode time and ignores that streams started their decode at different moments.
-    A round counts (`complete`) only when every one of its streams succeeded.
+
+def _batch_frame(batch: list[dict[str, Any]]) -> pd.DataFrame:
+    try:
+        rows = list(map(itemgetter(*RECORD_COLUMNS), batch))
+    except KeyError:  # records written by another tool may lack fields
+        rows = [tuple(record.get(col) for col in RECORD_COLUMNS) for record in batch]
+    columns = zip(*rows) if rows else ([] for _ in RECORD_COLUMNS)
+    return pd.DataFrame({col: _column(col, values) for col, values in zip(RECORD_COLUMNS, columns)})
+
+
+def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
+    if name in FLOAT_COLUMNS:
+        return np.array(values, dtype="float64")
+    if name in INT_COLUMNS:
+        try:
+            return np.array(values, dtype="int64")
+        except TypeError:  # a missing value
+            return np.array(values, dtype="float64")
+    if name == "thinking":
+        return np.array(values, dtype=bool)
+    return np.array(values, dtype=object)  # pandas infers its string dtype
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """A million small containers trigger full collections that find nothing to free."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per concurrent round, with the protocol's aggregate and the wall-clock one.
+
+    `aggregate_tps = sum(comp - 1) / max(total - ttft)` is the protocol's formula with its quirk:
+    the denominator is the longest single stream's decode time and ignores that streams started
+    their decode at different moments. `window_tps = sum(comp - 1) / (last token - first token
+    across the round's streams)` measures the wall-clock window instead; the two agree when all
+    streams get their first token at the same moment. `stream_decode_tps` is the mean
+    per-stream decode. A round counts (`complete`) only when every one of its streams succeeded.
     """
     conc = df[df["case"].isin(CONCURRENT_CASES)]
-    if conc.empty:
-        return pd.DataFrame(columns=["cell", "round", "concurrency", "case", "streams", "ok_streams",
-                                     "aggregate_tps", "complete"])
+    ok = conc["ok"]
     work = conc.assign(
-        decode_tokens=(conc["completion_tokens"] - 1).where(conc["ok"]),
-        decode_time=(conc["total_s"] - conc["ttft_s"]).where(conc["ok"]),
+        decode_tokens=(conc["completion_tokens"] - 1).where(ok),
+        decode_time=(conc["total_s"] - conc["ttft_s"]).where(ok),
+        first_token_at=conc["first_token_at"].where(ok),
+        last_token_at=conc["last_token_at"].where(ok),
+        cached_tokens=conc["cached_tokens"].where(ok),
+        prompt_tokens=conc["prompt_tokens"].where(ok & conc["cached_tokens"].notna()),
     )
     rounds = work.groupby(["cell", "round"], sort=False).agg(
         concurrency=("concurrency", "first"),
@@ -107,16 +172,30 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
         ok_streams=("ok", "sum"),
         decode_tokens=("decode_tokens", "sum"),
         decode_time=("decode_time", "max"),
+        first_token_at=("first_token_at", "min"),
+        last_token_at=("last_token_at", "max"),
+        stream_decode_tps=("decode_tps", "mean"),
+        cached_tokens=("cached_tokens", "sum"),
+        cache_known=("cached_tokens", "count"),
+        prompt_tokens=("prompt_tokens", "sum"),
     ).reset_index()
-    rounds["complete"] = rounds["ok_streams"] == rounds["concurrency"]
-    rounds["aggregate_tps"] = (rounds["decode_tokens"] / rounds["decode_time"]).where(rounds["complete"])
-    return rounds.drop(columns=["decode_tokens", "decode_time"])
+    complete = rounds["complete"] = (rounds["ok_streams"] == rounds["concurrency"]).astype(bool)
+    rounds["aggregate_tps"] = (rounds["decode_tokens"] / rounds["decode_time"]).where(complete)
+    window = rounds["last_token_at"] - rounds["first_token_at"]
+    rounds["window_tps"] = (rounds["decode_tokens"] / window).where(complete)
+    rounds["cached_tokens"] = rounds["cached_tokens"].where(rounds["cache_known"] > 0)
+    return rounds.drop(columns=["decode_tokens", "decode_time", "first_token_at", "last_token_at",
+                                "cache_known"])
 
 
 def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per scenario, single-stream means over successful rounds with min-max of decode and n."""
-    single = df[(df["case"] == SINGLE_CASE) & df["ok"]]
-    table = single.groupby("scenario", sort=False).agg(
+    """Per scenario, single-stream means over successful rounds with min-max of decode and n.
+
+    `failed` counts the scenario's requests left out of every figure.
+    """
+    single = df[df["case"] == SINGLE_CASE]
+    ok = single[single["ok"]]
+    table = ok.groupby("scenario", sort=False).agg(
         decode_tps=("decode_tps", "mean"),
         decode_min=("decode_tps", "min"),
         decode_max=("decode_tps", "max"),
@@ -126,6 +205,8 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
         n=("request_id", "size"),
     )
     table["forward_rate"] = forward_rate(table["decode_tps"], table["tok_per_chunk"])
+    failed = single.loc[~single["ok"], "scenario"].value_counts()
+    table["failed"] = failed.reindex(table.index, fill_value=0).astype("int64")
     return table
 
 
@@ -134,22 +215,40 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
     """Per (concurrency, case): mean aggregate over complete rounds, min, max, n, overlap.
 
     `overlap = aggregate / single-stream decode` of `reference_scenario` (the thread's "1.89x").
+    Beside it: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
+    decode, `cached_share` (cached / prompt tokens: the measured radix state) and
+    `failed_rounds` (rounds left out because a stream failed).
     """
     rounds = round_aggregates(df)
-    rounds = rounds[rounds["complete"].astype(bool)]
-    table = rounds.groupby(["concurrency", "case"], sort=True).agg(
+    complete = rounds[rounds["complete"]]
+    table = complete.groupby(["concurrency", "case"], sort=True).agg(
         aggregate_tps=("aggregate_tps", "mean"),
         min=("aggregate_tps", "min"),
         max=("aggregate_tps", "max"),
         n=("aggregate_tps", "size"),
-    ).reset_index()
+        window_tps=("window_tps", "mean"),
+        window_min=("window_tps", "min"),
+        window_max=("window_tps", "max"),
+        stream_decode_tps=("stream_decode_tps", "mean"),
+        cached_tokens=("cached_tokens", "sum"),
+        cache_known=("cached_tokens", "count"),
+        prompt_tokens=("prompt_tokens", "sum"),
+    )
+    rounds_per_cell = rounds.groupby(["concurrency", "case"], sort=True).size()
+    table = table.reindex(rounds_per_cell.index)
+    table["n"] = table["n"].fillna(0).astype("int64")
+    table["failed_rounds"] = rounds_per_cell - table["n"]
+    table["cached_share"] = (table["cached_tokens"] / table["prompt_tokens"]).where(table["cache_known"] > 0)
+    table = table.drop(columns=["cached_tokens", "cache_known", "prompt_tokens"]).reset_index()
     if single is None:
         single = single_stream_table(df)
     base = single["decode_tps"].get(reference_scenario, np.nan) if not single.empty else np.nan
     table["overlap"] = table["aggregate_tps"] / base
-    table["case"] = pd.Categorical(table["case"], ["same", "different"], ordered=True)
-    return table.sort_values(["concurrency", "case"]).reset_index(drop=True).assign(
-        case=lambda t: t["case"].astype(str))
+    order = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)})
+    return table.assign(_order=order).sort_values(["concurrency", "_order"]).drop(columns="_order")[
+        ["concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap", "window_tps",
+         "window_min", "window_max", "stream_decode_tps", "cached_share", "failed_rounds"]
+    ].reset_index(drop=True)
 
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
@@ -168,3 +267,157 @@ def failures_table(df: pd.DataFrame) -> pd.DataFrame:
     failed = df[~df["ok"]]
     return (failed.groupby(["cell", "error"], sort=False).size().rename("count").reset_index()
             if not failed.empty else pd.DataFrame(columns=["cell", "error", "count"]))
+
+
+def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Prefill per (cell, scenario, cache state) outside the concurrency cells, by prompt size.
+
+    `cache` is "cold" (no cached tokens: `prefill_tps` is the protocol's cold prefill), "hit"
+    (part of the prompt came from the prefix cache: only `uncached_prefill_tps` is a prefill
+    rate) or "unknown" (the server did not report cached tokens). Concurrent streams are left
+    out: their TTFT includes waiting for each other's prefill.
+    """
+    rows = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES)]
+    cache = np.select([rows["cached_tokens"].isna(), rows["cached_tokens"] > 0], ["unknown", "hit"], "cold")
+    table = rows.assign(cache=cache).groupby(["cell", "scenario", "cache"], sort=False).agg(
+        prompt_tokens=("prompt_tokens", "mean"),
+        cached_tokens=("cached_tokens", "mean"),
+        ttft_s=("ttft_s", "mean"),
+        prefill_tps=("prefill_tps", "mean"),
+        uncached_prefill_tps=("uncached_prefill_tps", "mean"),
+        n=("request_id", "size"),
+    ).reset_index()
+    return table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
+
+
+# --- free-running modes: time series and steady state -------------------------------------------
+
+def _cumulative_overlap(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
+                        at: np.ndarray) -> np.ndarray:
+    """For each t in `at`: sum_i weights_i * (clip(t, start_i, end_i) - start_i).
+
+    The integral up to t of the weighted count of intervals open at t; with weights 1 it is
+    busy stream-seconds, with token rates it is tokens delivered. Sorting plus cumulative
+    sums make it O((n + len(at)) log n). Times must be relative (small), not epoch seconds.
+    """
+    def swept(points: np.ndarray) -> np.ndarray:
+        order = np.argsort(points, kind="stable")
+        sorted_points, w = points[order], weights[order]
+        total_w = np.concatenate([[0.0], np.cumsum(w)])
+        total_wp = np.concatenate([[0.0], np.cumsum(w * sorted_points)])
+        k = np.searchsorted(sorted_points, at, side="right")
+        return at * total_w[k] - total_wp[k]
+
+    return swept(starts) - swept(ends)
+
+
+def _decode_intervals(df: pd.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode tokens (comp - 1) of ok requests, spread evenly from first to last token."""
+    ok = df[df["ok"]]
+    start = (ok["first_token_at"] - origin).to_numpy()
+    end = (ok["last_token_at"] - origin).to_numpy()
+    span = end - start
+    rate = np.where(span > 0, (ok["completion_tokens"].to_numpy() - 1) / np.where(span > 0, span, 1), 0.0)
+    return start, end, np.nan_to_num(rate)
+
+
+def timeline(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
+    """Active streams and decode tokens/s over time, in bins from the first request's send.
+
+    `active_streams` is the time-averaged number of requests in flight in the bin (sent, not yet
+    ended, failed ones included); `decode_tps` counts the decode tokens of successful requests,
+    assumed evenly spread between their first and last token. `bin_s` defaults to 1/200 of the
+    run.
+    """
+    if df.empty:
+        return pd.DataFrame(columns=["t_s", "active_streams", "decode_tps"])
+    origin = df["sent_at"].min()
+    sent = (df["sent_at"] - origin).to_numpy()
+    end = (df["end_at"] - origin).to_numpy()
+    end = np.where(np.isnan(end), sent, end)
+    span = float(np.nanmax(end)) or 1.0
+    bin_s = bin_s or span / 200
+    edges = np.arange(0.0, span + bin_s, bin_s)
+    busy = _cumulative_overlap(sent, end, np.ones_like(sent), edges)
+    tokens = _cumulative_overlap(*_decode_intervals(df, origin), edges)
+    return pd.DataFrame({"t_s": edges[:-1], "active_streams": np.diff(busy) / bin_s,
+                         "decode_tps": np.diff(tokens) / bin_s})
+
+
+def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float]:
+    """The steady part of a free-running run: from the first to the last moment the number of
+    requests in flight is at or above its time-weighted median (this leaves out ramp-up and
+    drain, whatever the load shape)."""
+    times = np.concatenate([sent_at, end_at])
+    steps = np.concatenate([np.ones(len(sent_at)), -np.ones(len(end_at))])
+    order = np.lexsort((steps, times))  # at equal times, ends before starts
+    times, level = times[order], np.cumsum(steps[order])
+    held = np.diff(times)  # level[i] holds from times[i] to times[i + 1]
+    if held.sum() <= 0:
+        return float(times[0]), float(times[-1])
+    by_level = np.argsort(level[:-1], kind="stable")
+    cumulative = np.cumsum(held[by_level])
+    median = level[:-1][by_level][np.searchsorted(cumulative, cumulative[-1] / 2)]
+    at_or_above = np.flatnonzero(level[:-1] >= median)
+    return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
+
+
+STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
+                  "goodput_rps", "slo_attainment", "n", "failed"]
+
+
+def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
+                       slo_decode_tps: float = 20.0) -> pd.DataFrame:
+    """Steady-state levels of each free-running cell (a `case` that is not the protocol's).
+
+    Within the steady window (`steady_window`): mean requests in flight, decode tokens/s of all
+    streams, successful completions/s, and goodput: completions/s of requests that succeeded
+    with TTFT <= `slo_ttft_s` and decode >= `slo_decode_tps`. `slo_attainment` is the share of
+    requests sent in the window that met the SLO (failures count as misses); `n` and `failed`
+    count the requests sent in the window. Times are seconds from the cell's first send.
+    """
+    rows = []
+    for cell, group, origin, sent, end, start, stop in _steady_cells(df):
+        length = stop - start
+        in_window = (sent >= start) & (sent <= stop)
+        ended_in_window = (end >= start) & (end <= stop)
+        ok = group["ok"].to_numpy()
+        met = ok & (group["ttft_s"] <= slo_ttft_s).to_numpy() & (group["decode_tps"] >= slo_decode_tps).to_numpy()
+        edges = np.array([start, stop])
+        busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
+        tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]
+        rate = 1 / length if length > 0 else np.nan
+        rows.append({
+            "cell": cell, "window_start_s": start, "window_s": length, "in_flight": busy * rate,
+            "decode_tps": tokens * rate, "requests_per_s": (ok & ended_in_window).sum() * rate,
+            "goodput_rps": (met & ended_in_window).sum() * rate,
+            "slo_attainment": met[in_window].mean() if in_window.any() else np.nan,
+            "n": int(in_window.sum()), "failed": int((~ok & in_window).sum()),
+        })
+    return pd.DataFrame(rows, columns=STEADY_COLUMNS)
+
+
+def steady_percentiles(df: pd.DataFrame) -> pd.DataFrame:
+    """p50/p90/p99 of TTFT, decode, end-to-end and tok/chunk per free-running cell, from the raw
+    records of successful requests sent within the cell's steady window."""
+    parts = []
+    for cell, group, _origin, sent, _end, start, stop in _steady_cells(df):
+        steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
+        figures = steady[["ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk"]]
+        pct = figures.quantile(list(PERCENTILES)).T
+        pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
+        parts.append(pct.assign(n=figures.count()).rename_axis("figure").reset_index().assign(cell=cell))
+    if not parts:
+        return pd.DataFrame(columns=["cell", "figure", "p50", "p90", "p99", "n"])
+    return pd.concat(parts, ignore_index=True)[["cell", "figure", "p50", "p90", "p99", "n"]]
+
+
+def _steady_cells(df: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]]:
+    """Each free-running cell with its send and end times (s from its first send) and window."""
+    free = df[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES))]
+    for cell, group in free.groupby("cell", sort=False):
+        origin = float(group["sent_at"].min())
+        sent = (group["sent_at"] - origin).to_numpy()
+        end = (group["end_at"] - origin).to_numpy()
+        end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
+        yield (cell, group, origin, sent, end, *steady_window(sent, end))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 
 from loadlib import metrics
+from tests.analysis.builders import free_running_records
 
 T0 = 1_700_000_000.0
 
@@ -130,3 +133,112 @@ def test_failures_are_counted_by_cell_and_reason():
     table = metrics.failures_table(df)
     assert table.to_dict("records") == [{"cell": "single", "error": "no_usage", "count": 2},
                                         {"cell": "c2-same", "error": "http_500", "count": 1}]
+
+
+# --- beyond the protocol ------------------------------------------------------------------------
+
+def test_uncached_prefill_counts_only_the_tokens_not_served_from_the_prefix_cache():
+    assert metrics.uncached_prefill_tps(1000, 900, 0.05) == pytest.approx(2000.0)
+
+
+def test_window_aggregate_sees_the_staggered_start_that_the_protocol_ignores():
+    """Stream 1 starts 1 s late: tokens flow from 0.5 s to 3.5 s, so the window is 3 s, not 2 s."""
+    df = metrics.records_frame([
+        rec("c2-different", slot=0, sent_at=T0, ttft_s=0.5, total_s=2.5, comp=201),
+        rec("c2-different", slot=1, sent_at=T0 + 1.0, ttft_s=0.5, total_s=2.5, comp=201),
+    ])
+    row = metrics.round_aggregates(df).iloc[0]
+    assert row["aggregate_tps"] == pytest.approx(400 / 2.0)
+    assert row["window_tps"] == pytest.approx(400 / 3.0)
+    assert row["stream_decode_tps"] == pytest.approx(100.0)
+
+
+def test_window_aggregate_equals_the_protocols_when_streams_start_together():
+    df = metrics.records_frame([
+        rec("c2-same", slot=0, ttft_s=0.5, total_s=2.5, comp=201),
+        rec("c2-same", slot=1, ttft_s=0.5, total_s=1.5, comp=101),
+    ])
+    row = metrics.round_aggregates(df).iloc[0]
+    assert row["window_tps"] == pytest.approx(row["aggregate_tps"]) == pytest.approx(300 / 2.0)
+
+
+def test_concurrency_table_reports_cache_share_and_failed_rounds():
+    df = metrics.records_frame([
+        rec("c2-same", round=0, slot=0, prompt_tokens=1000, cached_tokens=0),
+        rec("c2-same", round=0, slot=1, prompt_tokens=1000, cached_tokens=1000),
+        rec("c2-same", round=1, slot=0, comp=None, error="no_usage"),
+        rec("c2-same", round=1, slot=1),
+    ])
+    row = metrics.concurrency_table(df).iloc[0]
+    assert row["cached_share"] == pytest.approx(0.5)
+    assert (row["n"], row["failed_rounds"]) == (1, 1)
+
+
+def test_prefill_table_separates_cold_hit_and_unknown_cache_states():
+    df = metrics.records_frame([
+        rec(round=0, prompt_tokens=1000, cached_tokens=0, ttft_s=0.5, total_s=1.5),
+        rec(round=1, prompt_tokens=1000, cached_tokens=900, ttft_s=0.05, total_s=1.05),
+        rec(round=2, prompt_tokens=1000, cached_tokens=900, ttft_s=0.05, total_s=1.05),
+        rec(scenario="en_tech", prompt_tokens=500, cached_tokens=None, ttft_s=0.25, total_s=1.25),
+        rec("c2-same", slot=0, prompt_tokens=1000),  # concurrent streams stay out
+        rec("c2-same", slot=1, prompt_tokens=1000),
+    ])
+    table = metrics.prefill_table(df)
+    assert table[["scenario", "cache", "n"]].values.tolist() == [
+        ["en_tech", "unknown", 1], ["code", "cold", 1], ["code", "hit", 2]]
+    assert table["prefill_tps"].tolist() == pytest.approx([2000.0, 2000.0, 20000.0])
+    assert table["uncached_prefill_tps"].tolist()[1:] == pytest.approx([2000.0, 2000.0])
+    assert math.isnan(table["uncached_prefill_tps"].iloc[0])
+
+
+def test_timeline_bins_streams_in_flight_and_decode_tokens():
+    df = metrics.records_frame([
+        rec(sent_at=T0, ttft_s=1.0, total_s=3.0, comp=201),  # 200 decode tokens over [1, 3]
+        rec(round=1, sent_at=T0 + 1.5, ttft_s=None, total_s=1.0, comp=None, error="http_500"),
+    ])
+    series = metrics.timeline(df, bin_s=1.0)
+    assert series["t_s"].tolist() == [0.0, 1.0, 2.0]
+    assert series["active_streams"].tolist() == pytest.approx([1.0, 1.5, 1.5])
+    assert series["decode_tps"].tolist() == pytest.approx([0.0, 100.0, 100.0])
+
+
+def test_steady_window_runs_from_first_to_last_moment_at_the_median_level():
+    # in flight: 1 stream over [0, 1), 2 over [1, 6), 1 over [6, 7): median level 2
+    sent = np.array([0.0, 2.0, 4.0, 1.0, 3.0, 5.0])
+    end = np.array([2.0, 4.0, 6.0, 3.0, 5.0, 7.0])
+    assert metrics.steady_window(sent, end) == (1.0, 6.0)
+
+
+def test_steady_state_levels_and_goodput_of_a_free_running_records():
+    table = metrics.steady_state_table(metrics.records_frame(free_running_records()), slo_ttft_s=1.0,
+                                       slo_decode_tps=20.0)
+    row = table.set_index("cell").loc["steady"]
+    assert (row["window_start_s"], row["window_s"]) == pytest.approx((1.0, 5.2))
+    assert row["in_flight"] == pytest.approx(2.0)
+    # decode tokens inside [1, 6.2]: 100 + 150 + 150 + 150 + 20 (slow) + 70 = 640
+    assert row["decode_tps"] == pytest.approx(640 / 5.2)
+    assert row["requests_per_s"] == pytest.approx(5 / 5.2)  # successes ending at 2, 3, 4, 5, 6
+    assert row["goodput_rps"] == pytest.approx(4 / 5.2)  # the slow one misses the decode SLO
+    assert row["slo_attainment"] == pytest.approx(4 / 6)  # sent at 1..6; the failure is a miss
+    assert (row["n"], row["failed"]) == (6, 1)
+
+
+def test_protocol_cells_have_no_steady_state():
+    df = metrics.records_frame([rec(), rec("c2-same", slot=0), rec("c2-same", slot=1)])
+    assert metrics.steady_state_table(df).empty and metrics.steady_percentiles(df).empty
+
+
+def test_steady_percentiles_come_from_successful_requests_sent_in_the_window():
+    table = metrics.steady_percentiles(metrics.records_frame(free_running_records())).set_index("figure")
+    assert table.loc["decode_tps", "n"] == 5  # sent at 1, 2, 3, 4, 5
+    assert table.loc["decode_tps", "p50"] == pytest.approx(100.0)
+    assert table.loc["ttft_s", ["p50", "p99"]].tolist() == pytest.approx([0.5, 0.5])
+    assert table.loc["e2e_tps", "p50"] == pytest.approx(75.5)
+
+
+def test_records_without_some_fields_still_load():
+    df = metrics.records_frame([{"request_id": "x", "scenario": "code", "cell": "single", "case": "single",
+                                 "concurrency": 1, "round": 0, "sent_at": T0, "ttft_s": 0.1, "total_s": 1.1,
+                                 "completion_tokens": 101, "chunks": 20}])
+    assert df.loc[0, "decode_tps"] == pytest.approx(100.0)
+    assert bool(df.loc[0, "ok"])

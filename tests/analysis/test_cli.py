@@ -1,4 +1,4 @@
-"""`python -m analysis`: the same figures from a run directory, and one-line errors on bad input."""
+"""`python -m analysis`: every command from run directories, and one-line errors on bad input."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ import json
 import subprocess
 import sys
 
+import orjson
 import pytest
 
 from analysis import render_protocol_summary
 from analysis.__main__ import main
+from tests.analysis.builders import extended_run
 
 
-def test_report_prints_the_live_summary_of_the_run(write_run, protocol_records, capsys):
+def test_report_prints_the_manifest_and_the_live_summary_of_the_run(write_run, protocol_records, capsys):
     manifest = {"model": "qwen", "target": "http://127.0.0.1:30000"}
     run_dir = write_run(protocol_records, manifest)
     assert main(["report", str(run_dir)]) == 0
-    assert capsys.readouterr().out == render_protocol_summary(protocol_records, manifest) + "\n"
+    out = capsys.readouterr().out
+    assert out.startswith("Manifest\n  model: qwen\n")
+    assert render_protocol_summary(protocol_records, manifest) in out
 
 
 def test_report_json_follows_the_issue_8_schema(write_run, protocol_records, capsys):
@@ -26,11 +30,49 @@ def test_report_json_follows_the_issue_8_schema(write_run, protocol_records, cap
     assert summary["concurrent"][0]["aggregate_tps"] == 300.0
 
 
+@pytest.mark.parametrize("flag, start", [("--csv", "section,row,column,value\n"), ("--md", "## uni-bench summary")])
+def test_report_writes_csv_and_markdown(write_run, protocol_records, capsys, flag, start):
+    assert main(["report", str(write_run(protocol_records)), flag]) == 0
+    assert capsys.readouterr().out.startswith(start)
+
+
 def test_a_torn_last_line_is_skipped_with_a_warning(write_run, protocol_records, capsys):
     run_dir = write_run(protocol_records, tail=b'{"request_id": "cut sh')
     with pytest.warns(UserWarning, match="torn last line"):
         assert main(["report", str(run_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["single"]["code"]["n"] == 3
+
+
+def test_compare_labels_one_column_per_run(write_run, protocol_records, capsys):
+    first, second = write_run(protocol_records, name="a"), write_run(extended_run(), name="b")
+    assert main(["compare", str(first), str(second), "--labels", "box1,box2"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("figure"))
+    assert header.split() == ["figure", "box1", "box2"]
+
+
+def test_panorama_and_plot_take_several_runs(write_run, protocol_records, tmp_path, capsys):
+    first, second = write_run(protocol_records, name="a"), write_run(extended_run(), name="b")
+    assert main(["panorama", str(first), str(second)]) == 0
+    assert "2 × same prompt (radix hit)" in capsys.readouterr().out
+    assert main(["plot", str(first), str(second), "--out", str(tmp_path / "png")]) == 0
+    assert (tmp_path / "png" / "decode_per_scenario.png").exists()
+
+
+def test_two_runs_with_the_same_directory_name_get_distinct_columns(tmp_path, protocol_records, capsys):
+    dirs = [tmp_path / box / "run" for box in ("box1", "box2")]
+    for run_dir in dirs:
+        run_dir.mkdir(parents=True)
+        (run_dir / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in protocol_records))
+    assert main(["compare", *map(str, dirs), "--json"]) == 0
+    runs = {row["run"] for row in json.loads(capsys.readouterr().out)["tables"]["comparison"]}
+    assert runs == {"run#1", "run#2"}
+
+
+def test_labels_must_match_the_runs(write_run, protocol_records, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(write_run(protocol_records)), "--labels", "a,b"])
+    assert exit_info.value.code == 2
+    assert "--labels names 2 runs but 1 were given" in capsys.readouterr().err
 
 
 def test_a_missing_run_directory_is_one_line_naming_it_with_exit_code_2(tmp_path):
@@ -39,6 +81,11 @@ def test_a_missing_run_directory_is_one_line_naming_it_with_exit_code_2(tmp_path
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"python -m analysis report: no such run directory: {missing}"]
+
+
+def test_a_directory_without_records_is_named(tmp_path, capsys):
+    assert main(["compare", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"python -m analysis compare: cannot read records {tmp_path / 'records.jsonl'}: No such file or directory"
 
 
 def test_an_unreadable_manifest_is_named(write_run, protocol_records, capsys):

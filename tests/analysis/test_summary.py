@@ -36,12 +36,13 @@ def test_summary_adds_ttft_percentiles_and_failures(protocol_records):
                                    {"cell": "c2-different", "error": "http_500", "count": 1}]
 
 
-def test_a_cell_without_successful_rounds_reports_none_not_nan(make_record):
+def test_a_cell_without_complete_rounds_stays_in_the_table_with_n_0_and_none(make_record):
     summary = protocol_summary([
         make_record("c2-same", slot=0), make_record("c2-same", slot=1, comp=None, error="timeout"),
     ])
     assert summary["single"] == {}
-    assert summary["concurrent"] == []
+    assert summary["concurrent"] == [{"concurrency": 2, "case": "same", "aggregate_tps": None, "min": None,
+                                      "max": None, "n": 0, "overlap": None}]
 
 
 def test_single_stream_overlap_is_none_without_a_code_baseline(make_record):

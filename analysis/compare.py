@@ -1,0 +1,132 @@
+"""`compare`: several runs side by side, one column a run, as the thread's comparison tables.
+
+Differences are percentages against the first run; `*` marks a figure whose min-max range over
+rounds does not overlap the first run's, a difference bigger than the noise. Because a speed
+difference only means speed when both runs produced the same text, the output of every prompt
+is checked across runs (temperature 0 should make it identical).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import locust_csv, text
+from analysis.document import Document, Section, flatten
+from analysis.figures import run_figures
+from analysis.rundir import Run
+from analysis.summary import scenario_order
+
+SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
+            "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
+BEYOND_NOISE = "*"
+
+
+def compare(runs: list[Run], slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) -> Document:
+    labels = [run.label for run in runs]
+    figures = pd.concat([run_figures(run, slo_ttft_s, slo_decode_tps).assign(run=run.label) for run in runs],
+                        ignore_index=True)
+    return Document(
+        f"Comparison of {len(runs)} runs: {', '.join(labels)} (differences against {labels[0]})",
+        [settings(runs), comparison(figures, labels), determinism(runs),
+         locust_csv.side_by_side(runs)])
+
+
+def settings(runs: list[Run]) -> Section:
+    """What each run measured: the manifest's target and model, and the settings in its records."""
+    rows: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        df = run.records
+        found = {
+            **{key: value for key, value in flatten(run.manifest).items()
+               if any(key == s or key.startswith(s + ".") for s in SETTINGS)},
+            "max_tokens": "/".join(str(int(v)) for v in sorted(df["max_tokens"].dropna().unique())),
+            "thinking": "ON" if df["thinking"].any() else "off",
+            "requests": len(df), "failed": int((~df["ok"]).sum()),
+        }
+        for key, value in found.items():
+            rows.setdefault(key, {})[run.label] = value
+    data = pd.DataFrame.from_dict(rows, orient="index", columns=[run.label for run in runs])
+    data = data.rename_axis("setting").reset_index()
+    view = data.map(lambda v: text.MISSING if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
+    return Section("settings", "Settings", data, view, keys=("setting",), left=tuple(data.columns))
+
+
+def comparison(figures: pd.DataFrame, labels: list[str]) -> Section:
+    """One row a figure, one column a run: value, range, % against the first run, noise marker."""
+    first = figures[figures["run"] == labels[0]].set_index("figure")
+    base = figures["figure"].map(first["value"])
+    base_low, base_high = figures["figure"].map(first["low"]), figures["figure"].map(first["high"])
+    several_rounds = (figures["n"] >= 2) & (figures["figure"].map(first["n"]) >= 2)
+    figures = figures.assign(
+        diff_pct=(figures["value"] - base) / base * 100,
+        beyond_noise=several_rounds & ((figures["low"] > base_high) | (figures["high"] < base_low)),
+    )
+    figures.loc[figures["run"] == labels[0], ["diff_pct", "beyond_noise"]] = [np.nan, False]
+    cells = [_cell(row) for row in figures.itertuples(index=False)]
+    order = list(dict.fromkeys(figures["figure"]))
+    view = (figures.assign(cell=cells).pivot(index="figure", columns="run", values="cell")
+            .reindex(index=order, columns=labels).fillna(text.MISSING).rename_axis(columns=None)
+            .reset_index())
+    return Section(
+        "comparison", f"Figures per run (value, range over rounds, difference to {labels[0]}; "
+        f"{BEYOND_NOISE} = ranges do not overlap, beyond the noise)",
+        figures[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]], view,
+        keys=("figure", "run"), left=("figure",))
+
+
+def _cell(row: Any) -> str:
+    digits = 3 if row.figure.endswith(" s") else 2 if row.figure.endswith(("tok/chunk", " x", "req/s")) else 1
+    cell = text.num(row.value, digits)
+    if not np.isnan(row.low) and row.low != row.high:
+        cell += f" ({text.num(row.low, digits)}–{text.num(row.high, digits)})"
+    if not np.isnan(row.diff_pct):
+        cell += f" {text.signed_percent(row.diff_pct)}"
+    return cell + (BEYOND_NOISE if row.beyond_noise else "")
+
+
+def determinism(runs: list[Run]) -> Section:
+    """Per prompt: the output hash and completion tokens of each run, flagged where they differ."""
+    per_run = []
+    for run in runs:
+        ok = run.records[run.records["ok"] & run.records["output_sha"].notna()]
+        grouped = ok.assign(output=ok["output_sha"] + ":" + ok["completion_tokens"].astype(str)).groupby(
+            "scenario", sort=False)
+        per_run.append(pd.DataFrame({
+            "run": run.label,
+            "outputs": grouped["output"].nunique(),
+            "output_sha": grouped["output_sha"].agg(lambda s: s.mode().iat[0]),
+            "completion_tokens": grouped["completion_tokens"].agg(lambda s: s.mode().iat[0]),
+            "hashes": grouped["output"].agg(frozenset),
+        }).rename_axis("scenario").reset_index())
+    data = pd.concat(per_run, ignore_index=True)
+    first = data[data["run"] == runs[0].label].set_index("scenario")["hashes"]
+    data["differs"] = [scenario not in first.index or hashes != first[scenario]
+                       for scenario, hashes in zip(data["scenario"], data["hashes"])]
+    data.loc[data["run"] == runs[0].label, "differs"] = False
+    view_cells = [_output_cell(row, first_run=row.run == runs[0].label) for row in data.itertuples(index=False)]
+    view = (data.assign(cell=view_cells).pivot(index="scenario", columns="run", values="cell")
+            .reindex(columns=[run.label for run in runs]).fillna(text.MISSING).rename_axis(columns=None))
+    verdict = data.groupby("scenario").apply(_verdict, include_groups=False)
+    view = view.assign(verdict=verdict.reindex(view.index))
+    view = view.reindex(sorted(view.index, key=scenario_order)).reset_index()
+    return Section(
+        "determinism", "Output determinism (temperature 0: the same prompt should give the same output "
+        "hash and completion tokens on every run; where not, a speed difference is not only speed)",
+        data.drop(columns="hashes"), view, keys=("scenario", "run"), left=("scenario", "verdict"))
+
+
+def _output_cell(row: Any, first_run: bool) -> str:
+    if row.outputs > 1:
+        return f"{row.outputs} outputs"
+    if not first_run and not row.differs:
+        return "same"
+    return f"{str(row.output_sha)[:8]} {text.num(row.completion_tokens, 0)} tok"
+
+
+def _verdict(group: pd.DataFrame) -> str:
+    if (group["outputs"] > 1).any():
+        return "VARIES within a run"
+    return "DIFFERS" if group["differs"].any() else "identical"

@@ -1,0 +1,53 @@
+"""The headline figures of one run as one long table, the common ground of compare and panorama.
+
+One row per figure: its name, value, and the min-max range over rounds where the figure has one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.rundir import Run
+from analysis.summary import ProtocolTables
+from loadlib import metrics
+
+FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
+
+
+def run_figures(run: Run, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) -> pd.DataFrame:
+    """Figures in reading order: single stream, concurrency, steady state, TTFT percentiles."""
+    tables = ProtocolTables.from_frame(run.records)
+    single, conc = tables.single, tables.concurrent
+    parts = [
+        _rows(single, "{} decode t/s", "decode_tps", "decode_min", "decode_max"),
+        _rows(single, "{} TTFT s", "ttft_s"),
+        _rows(single, "{} tok/chunk", "tok_per_chunk"),
+        _rows(single, "{} end-to-end t/s", "e2e_tps"),
+        _rows(single, "{} forward rate /s", "forward_rate"),
+    ]
+    conc = conc.set_axis([f"c{n} {case}" for n, case in zip(conc["concurrency"], conc["case"])])
+    parts += [
+        _rows(conc, "{} aggregate t/s (protocol)", "aggregate_tps", "min", "max"),
+        _rows(conc, "{} aggregate t/s (window)", "window_tps", "window_min", "window_max"),
+        _rows(conc, "{} per-stream decode t/s", "stream_decode_tps"),
+        _rows(conc, "{} overlap x", "overlap"),
+    ]
+    steady = metrics.steady_state_table(run.records, slo_ttft_s, slo_decode_tps).set_index("cell")
+    parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
+              _rows(steady, "{} goodput req/s", "goodput_rps")]
+    ttft = tables.ttft
+    parts += [_rows(ttft, "{} TTFT p50 s", "p50"), _rows(ttft, "{} TTFT p99 s", "p99")]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
+          high: str | None = None) -> pd.DataFrame:
+    n = table["n"] if "n" in table.columns else pd.Series(np.nan, index=table.index)
+    return pd.DataFrame({
+        "figure": [name.format(label) for label in table.index],
+        "value": table[value].to_numpy(dtype="float64"),
+        "low": table[low].to_numpy(dtype="float64") if low else np.nan,
+        "high": table[high].to_numpy(dtype="float64") if high else np.nan,
+        "n": n.to_numpy(dtype="float64"),
+    }, columns=FIGURE_COLUMNS)

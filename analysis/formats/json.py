@@ -1,0 +1,34 @@
+"""JSON with full precision: the summary keys (issue 8's schema for a run), the manifest, and
+every table as a list of rows. Missing figures are null."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from analysis.document import Document
+
+
+def render(document: Document) -> str:
+    payload = {
+        "heading": document.heading,
+        "manifest": document.manifest,
+        **document.summary,
+        "tables": {section.key: rows(section.data) for section in document.sections},
+    }
+    return orjson.dumps(payload, option=orjson.OPT_INDENT_2, default=_scalar).decode()
+
+
+def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Table rows as plain dicts; NaN becomes None."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return clean.to_dict("records")
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

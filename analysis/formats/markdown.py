@@ -1,0 +1,27 @@
+"""GitHub-flavoured Markdown tables, for posting (no tabulate: pipes joined by pandas)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.document import Document, flatten
+
+
+def render(document: Document) -> str:
+    parts = [f"## {document.heading}"]
+    if document.manifest:
+        manifest = pd.DataFrame(list(flatten(document.manifest).items()), columns=["manifest", "value"])
+        parts.append(_table(manifest.astype(str), left=("manifest", "value")))
+    for section in document.shown():
+        parts += [f"**{section.title}**", _table(section.view, left=section.left)]
+    return "\n\n".join(parts)
+
+
+def _table(view: pd.DataFrame, left: tuple[str, ...]) -> str:
+    if view.empty:
+        return "(none)"
+    escaped = view.apply(lambda col: col.str.replace("|", "\\|", regex=False))
+    header = "| " + " | ".join(view.columns) + " |"
+    rule = "|" + "|".join(":---" if col in left else "---:" for col in view.columns) + "|"
+    rows = escaped.apply(lambda row: "| " + " | ".join(row) + " |", axis=1)
+    return "\n".join([header, rule, *rows])

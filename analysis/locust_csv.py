@@ -1,0 +1,102 @@
+"""Locust's own `--csv PREFIX` files, read when the run directory holds them, shown beside the
+figures from raw records and never mixed into them (Locust's response times are ms and its
+percentiles come from rounded buckets)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from analysis import text
+from analysis.document import Section
+
+if TYPE_CHECKING:
+    from analysis.rundir import Run
+
+STATS_COLUMNS = {"Type": "type", "Name": "name", "Request Count": "requests", "Failure Count": "failures",
+                 "Median Response Time": "median", "Average Response Time": "average", "99%": "p99",
+                 "Requests/s": "per s"}
+NAME_COLUMNS = ("Type", "Name")
+
+
+@dataclass(frozen=True)
+class LocustCsv:
+    """Each table is None when the run has no such file."""
+
+    stats: pd.DataFrame | None = None  # PREFIX_stats.csv: one row per request name, plus Aggregated
+    history: pd.DataFrame | None = None  # PREFIX_stats_history.csv: a row every few seconds
+    failures: pd.DataFrame | None = None  # PREFIX_failures.csv
+
+
+def read_locust_csv(run_dir: Path) -> LocustCsv:
+    """Finds `*_stats.csv` in the run directory and reads it with its siblings of the same prefix."""
+    stats_files = sorted(run_dir.glob("*_stats.csv")) if run_dir.is_dir() else []
+    if not stats_files:
+        return LocustCsv()
+    prefix = str(stats_files[0])[: -len("_stats.csv")]
+    return LocustCsv(*(_read(Path(prefix + suffix)) for suffix in ("_stats.csv", "_stats_history.csv",
+                                                                   "_failures.csv")))
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        return pd.read_csv(path, na_values=["N/A"])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        warnings.warn(f"{path}: left out, not a readable CSV ({exc})", stacklevel=2)
+        return None
+
+
+def sections(locust: LocustCsv) -> list[Section]:
+    """Locust's statistics and failures of one run, as Locust wrote them."""
+    found = []
+    if locust.stats is not None:
+        stats = locust.stats[[c for c in STATS_COLUMNS if c in locust.stats.columns]]
+        found.append(Section(
+            "locust_stats", "Locust's own statistics (its --csv, as Locust recorded them: "
+            "its units, percentiles from rounded buckets)",
+            stats, stats.rename(columns=STATS_COLUMNS).map(_cell), keys=_names(stats),
+            left=("type", "name"), optional=True))
+    if locust.failures is not None:
+        failures = locust.failures
+        found.append(Section(
+            "locust_failures", "Locust's own failures (its --csv)", failures, failures.map(_cell),
+            keys=_names(failures) + (("Error",) if "Error" in failures.columns else ()),
+            left=tuple(failures.columns), optional=True))
+    return found
+
+
+def side_by_side(runs: list["Run"]) -> Section:
+    """Request and failure counts of Locust's statistics, one column a run."""
+    parts = []
+    for run in runs:
+        stats = run.locust.stats
+        if stats is not None and {"Request Count", "Failure Count", *NAME_COLUMNS} <= set(stats.columns):
+            parts.append(stats.assign(run=run.label, entry=stats["Type"].fillna("") + " " + stats["Name"]))
+    if not parts:
+        empty = pd.DataFrame(columns=["entry", "run", "Request Count", "Failure Count"])
+        return Section("locust_stats", "Locust's own statistics", empty, empty, optional=True)
+    data = pd.concat(parts, ignore_index=True)[["entry", "run", "Request Count", "Failure Count"]]
+    data["entry"] = data["entry"].str.strip()
+    cells = [f"{count} ({failed} failed)" if failed else str(count)
+             for count, failed in zip(data["Request Count"], data["Failure Count"])]
+    view = (data.assign(cell=cells).pivot(index="entry", columns="run", values="cell")
+            .reindex(index=list(dict.fromkeys(data["entry"])), columns=[run.label for run in runs])
+            .fillna(text.MISSING).rename_axis(columns=None).reset_index())
+    return Section("locust_stats", "Locust's own request counts (its --csv), one column a run",
+                   data, view, keys=("entry", "run"), left=("entry",), optional=True)
+
+
+def _names(frame: pd.DataFrame) -> tuple[str, ...]:
+    return tuple(c for c in NAME_COLUMNS if c in frame.columns)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return text.num(value, 0 if value.is_integer() else 2) if value == value else ""
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,226 @@
+"""`plot`: PNG charts of one or several runs, readable without explanation.
+
+Uses matplotlib's object API (no pyplot, no global backend state), so it runs headless.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.rundir import Run
+from analysis.summary import CASE_LABELS, ProtocolTables, cell_order, scenario_label
+from loadlib import metrics
+
+SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
+CASE_STYLE = {"same": "-", "different": "--"}
+
+
+def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
+    """Writes every chart that the runs have data for; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {run.label: ProtocolTables.from_frame(run.records) for run in runs}
+    charts = {
+        "decode_per_scenario.png": decode_per_scenario(tables),
+        "aggregate_vs_concurrency.png": aggregate_vs_concurrency(tables),
+        "ttft_distribution.png": ttft_distribution(runs),
+        "prefill_vs_prompt_size.png": prefill_vs_prompt_size(runs),
+        **{f"timeline_{_safe(run.label)}.png": timeline(run) for run in runs},
+    }
+    written = []
+    for name, figure in charts.items():
+        if figure is not None:
+            figure.savefig(out / name, dpi=110)
+            written.append(out / name)
+    return written
+
+
+def decode_per_scenario(tables: dict[str, ProtocolTables]) -> Figure | None:
+    """Single-stream decode per scenario: one bar per run, whiskers from min to max over rounds."""
+    singles = {label: t.single for label, t in tables.items() if not t.single.empty}
+    if not singles:
+        return None
+    scenarios = list(dict.fromkeys(s for single in singles.values() for s in single.index))
+    fig, ax = _figure()
+    width = 0.8 / len(singles)
+    x = np.arange(len(scenarios))
+    for i, (label, single) in enumerate(singles.items()):
+        single = single.reindex(scenarios)
+        mean = single["decode_tps"].to_numpy()
+        whiskers = np.vstack([mean - single["decode_min"].to_numpy(), single["decode_max"].to_numpy() - mean])
+        bars = ax.bar(x + (i - (len(singles) - 1) / 2) * width, mean, width, yerr=whiskers, capsize=4,
+                      label=label)
+        ax.bar_label(bars, labels=[f"{v:.1f}" if np.isfinite(v) else "" for v in mean], padding=2, fontsize=8)
+    ax.set_xticks(x, [scenario_label(s) for s in scenarios])
+    ax.set_ylabel("decode tokens/s (per stream)")
+    ax.set_title("Single-stream decode per scenario\nbar = mean over rounds, whisker = min–max; "
+                 "decode = (comp-1)/(total-ttft)")
+    ax.margins(y=0.12)
+    _legend(ax, len(singles))
+    return fig
+
+
+def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None:
+    """Aggregate t/s against N, same prompt (solid) and different prompts (dashed), per run; the
+    protocol's definition on the left, the wall-clock window on the right."""
+    if all(t.concurrent["aggregate_tps"].isna().all() for t in tables.values()):
+        return None
+    fig = Figure(figsize=(13, 5.5), layout="constrained")
+    protocol_ax, window_ax = fig.subplots(1, 2, sharey=True)
+    definitions = ((protocol_ax, "aggregate_tps", "min", "max", "protocol: sum(comp-1) / max(total-ttft)"),
+                   (window_ax, "window_tps", "window_min", "window_max",
+                    "wall-clock window: sum(comp-1) / (last token - first token)"))
+    for ax, value, low_col, high_col, title in definitions:
+        for color, (label, t) in zip(_colors(), tables.items()):
+            single = t.single["decode_tps"].get("code", np.nan)
+            for case, style in CASE_STYLE.items():
+                rows = t.concurrent[(t.concurrent["case"] == case) & t.concurrent[value].notna()]
+                if rows.empty:
+                    continue
+                n = np.concatenate([[1], rows["concurrency"]])
+                agg = np.concatenate([[single], rows[value]])
+                low = np.concatenate([[single], rows[low_col]])
+                high = np.concatenate([[single], rows[high_col]])
+                ax.errorbar(n, agg, yerr=[agg - low, high - agg], color=color, linestyle=style, marker="o",
+                            capsize=3, label=f"{label}: {CASE_LABELS[case]}")
+            if np.isfinite(single):
+                top = max(int(t.concurrent["concurrency"].max()), 1)
+                ax.plot([1, top], [single, single * top], color=color, linestyle=":", linewidth=1, alpha=0.6)
+        ax.set_xticks(sorted({1, *(n for t in tables.values() for n in t.concurrent["concurrency"])}))
+        ax.set_xlabel("concurrent streams N (N = 1: single-stream code decode)")
+        ax.set_title(title, fontsize=10)
+        ax.yaxis.set_major_formatter("{x:,.0f}")
+        ax.grid(True, alpha=0.3)
+    protocol_ax.set_ylabel("aggregate tokens/s")
+    protocol_ax.set_ylim(bottom=0)
+    protocol_ax.plot([], [], color="grey", linestyle=":", label="linear scaling from 1 stream")
+    protocol_ax.legend(fontsize=8)
+    fig.suptitle("Aggregate decode against concurrency (mean over rounds, whisker = min–max)")
+    return fig
+
+
+def ttft_distribution(runs: list[Run]) -> Figure | None:
+    """Cumulative share of requests by TTFT: per cell for one run, per run for several."""
+    groups = _ttft_groups(runs)
+    if not groups:
+        return None
+    fig, ax = _figure()
+    lowest = min(float(v.min()) for v in groups.values())
+    highest = max(float(v.max()) for v in groups.values())
+    for label, values in groups.items():
+        share = np.linspace(0, 1, min(len(values), 500))
+        x = np.quantile(values, share)
+        p50, p99 = np.quantile(values, [0.5, 0.99])
+        ax.step(x, share, where="post", label=f"{label}: p50 {p50:.3f} s, p99 {p99:.3f} s (n={len(values)})")
+    if lowest > 0 and highest / lowest > 20:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter("{x:g}")
+    ax.set_xlabel("time to first token, s")
+    ax.set_ylabel("share of requests with TTFT ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("TTFT distribution (successful requests, from raw records)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _ttft_groups(runs: list[Run]) -> dict[str, np.ndarray]:
+    groups = {}
+    for run in runs:
+        ok = run.records[run.records["ok"] & run.records["ttft_s"].notna()]
+        if len(runs) == 1:
+            for cell in sorted(ok["cell"].unique(), key=cell_order):
+                groups[str(cell)] = ok.loc[ok["cell"] == cell, "ttft_s"].to_numpy()
+        elif not ok.empty:
+            groups[run.label] = ok["ttft_s"].to_numpy()
+    return groups
+
+
+def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
+    """Prefill t/s against prompt tokens; cache hits drawn at their uncached rate and size."""
+    fig, ax = _figure()
+    drawn = False
+    for color, run in zip(_colors(), runs):
+        df = run.records
+        ok = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(metrics.CONCURRENT_CASES)]
+        ok = ok.sample(min(len(ok), SAMPLE), random_state=0) if len(ok) > SAMPLE else ok
+        hit = ok["cached_tokens"].fillna(0) > 0
+        cold = ok[~hit]
+        warm = ok[hit]
+        if not cold.empty:
+            ax.scatter(cold["prompt_tokens"], cold["prefill_tps"], color=color, marker="o", s=22,
+                       label=f"{run.label}: cold (no cached tokens)")
+        if not warm.empty:
+            ax.scatter(warm["prompt_tokens"] - warm["cached_tokens"], warm["uncached_prefill_tps"], color=color,
+                       marker="x", s=22, label=f"{run.label}: prefix-cache hit, uncached part")
+        drawn = drawn or not ok.empty
+    if not drawn:
+        return None
+    ax.set_xscale("log")
+    ax.set_xlabel("prompt tokens prefilled (usage.prompt_tokens minus cached tokens)")
+    ax.set_ylabel("prefill tokens/s = prefilled tokens / TTFT")
+    ax.set_title("Prefill rate against prompt size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def timeline(run: Run) -> Figure | None:
+    """Streams in flight and decode tokens/s over the run, each cell's span shaded and named."""
+    df = run.records
+    series = metrics.timeline(df)
+    if series.empty:
+        return None
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.fill_between(series["t_s"], series["active_streams"], step="post", alpha=0.6,
+                     label="requests in flight (mean per bin)")
+    history = run.locust.history
+    if history is not None and {"Timestamp", "User Count"} <= set(history.columns):
+        top.step(history["Timestamp"] - df["sent_at"].min(), history["User Count"], where="post",
+                 color="black", linewidth=1, label="Locust users (its --csv history)")
+    top.set_ylabel("streams")
+    top.set_ylim(bottom=0)
+    top.legend(fontsize=8, loc="upper left")
+    bottom.plot(series["t_s"], series["decode_tps"], color="tab:green", linewidth=1)
+    bottom.set_ylabel("decode tokens/s, all streams")
+    bottom.set_ylim(bottom=0)
+    bottom.yaxis.set_major_formatter("{x:,.0f}")
+    bottom.set_xlabel("seconds since the first request")
+    _shade_cells(df, top, bottom)
+    fig.suptitle(f"Timeline of {run.label}: requests in flight (top) and decode throughput (bottom), "
+                 "shaded by cell")
+    return fig
+
+
+def _shade_cells(df: pd.DataFrame, top, bottom) -> None:
+    origin = df["sent_at"].min()
+    spans = df.groupby("cell").agg(start=("sent_at", "min"), end=("end_at", "max"))
+    spans = spans.reindex(sorted(spans.index, key=cell_order))
+    for i, (cell, span) in enumerate(spans.iterrows()):
+        start, end = span["start"] - origin, span["end"] - origin
+        for ax in (top, bottom):
+            ax.axvspan(start, end, color="grey", alpha=0.07 if i % 2 else 0.15, linewidth=0)
+        top.text((start + end) / 2, 1.01, str(cell), transform=top.get_xaxis_transform(), ha="center",
+                 va="bottom", fontsize=8, rotation=30 if len(spans) > 6 else 0)
+
+
+def _figure():
+    fig = Figure(figsize=(10, 5.5), layout="constrained")
+    return fig, fig.subplots()
+
+
+def _legend(ax, columns: int) -> None:
+    ax.legend(fontsize=8, ncols=min(columns, 3))
+
+
+def _colors() -> list[str]:
+    return [f"C{i}" for i in range(10)] * 10
+
+
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)

@@ -1,0 +1,88 @@
+"""`report`: every figure of one run, in four formats, on hand-built records with known answers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from analysis.formats import console, csv as csv_format, json as json_format, markdown
+from analysis.report import run_report
+from tests.analysis.builders import build_run, extended_run, free_running_records, protocol_run
+
+
+def sections(document):
+    return {section.key: section for section in document.sections}
+
+
+def test_report_starts_with_the_manifest_then_the_live_summary(protocol_records):
+    from analysis import render_protocol_summary
+
+    manifest = {"model": "qwen", "target": {"url": "http://h:1", "builtin_simulator": False},
+                "protocol": {"rounds": 3}}
+    text = console.render(run_report(build_run(protocol_records, manifest=manifest)))
+    assert text.startswith("Manifest\n  model: qwen\n  target.url: http://h:1\n  target.builtin_simulator: false\n"
+                           "  protocol.rounds: 3\n\n")
+    assert render_protocol_summary(protocol_records, manifest) in text
+
+
+GOLDEN_EXTRAS = """\
+Single stream, more figures (end-to-end = comp/total, prefill included; forward rate = decode / tok-per-chunk, estimated verify steps/s)
+  scenario                 end-to-end t/s   forward rate /s   n   failed
+  code (code generation)             92.2              24.9   3        0
+
+Concurrency, both aggregate definitions: protocol = sum(comp-1)/max(total-ttft); window = sum(comp-1)/(last token - first token across the round's streams)
+  N   case                      protocol t/s   window t/s   window range   per-stream decode t/s   cached prompt   n   failed rounds
+  2   same prompt (radix hit)          200.0        200.0    200.0–200.0                   100.0             50%   1               0
+  2   different prompts                200.0        133.3    133.3–133.3                   100.0              0%   1               1
+
+Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; uncached = (prompt - cached)/TTFT)
+  cell     scenario   cache   prompt tokens   cached tokens   TTFT s   prefill t/s   uncached t/s   n
+  single   code       cold            1,000               0    0.500         2,000          2,000   1
+  single   code       hit             1,000             900    0.050        20,000          2,000   2"""
+
+
+def test_report_extends_the_protocol_with_window_aggregate_prefill_and_cache_state():
+    text = console.render(run_report(build_run(extended_run())))
+    assert GOLDEN_EXTRAS in text
+    assert "Steady state" not in text  # no free-running cell, no empty section
+
+
+def test_report_shows_steady_state_of_free_running_cells():
+    document = run_report(build_run(free_running_records()), slo_ttft_s=1.0, slo_decode_tps=20.0)
+    text = console.render(document)
+    assert ("  cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed\n"
+            "  steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1") in text
+    assert "goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s" in text
+    steady = sections(document)["steady_percentiles"].data.set_index("figure")
+    assert steady.loc["e2e_tps", "p50"] == pytest.approx(75.5)
+
+
+def test_json_report_keeps_the_issue_8_schema_and_adds_every_table():
+    payload = json.loads(json_format.render(run_report(build_run(extended_run(), manifest={"model": "m"}))))
+    assert payload["manifest"] == {"model": "m"}
+    assert payload["single"]["code"]["n"] == 3
+    assert [row["aggregate_tps"] for row in payload["concurrent"]] == [200.0, 200.0]
+    window = {row["case"]: row["window_tps"] for row in payload["tables"]["concurrency"]}
+    assert window == {"same": 200.0, "different": pytest.approx(400 / 3)}
+    assert payload["tables"]["failures"] == [{"cell": "c2-different", "error": "no_usage", "count": 1}]
+    assert payload["tables"]["steady_state"] == []
+
+
+def test_csv_report_is_one_tidy_table_that_pivots_back():
+    rows = list(csv.DictReader(io.StringIO(csv_format.render(run_report(build_run(protocol_run()))))))
+    assert set(rows[0]) == {"section", "row", "column", "value"}
+    decode = {r["row"]: float(r["value"]) for r in rows if r["section"] == "single" and r["column"] == "decode_tps"}
+    assert decode == {"code": pytest.approx(610 / 3), "cn_essay": 75.0}
+    aggregate = [r for r in rows if r["section"] == "concurrent" and r["column"] == "aggregate_tps"]
+    assert [(r["row"], float(r["value"])) for r in aggregate] == [("2/same", 300.0), ("2/different", 200.0)]
+
+
+def test_markdown_report_is_pipe_tables_with_numbers_right_aligned():
+    text = markdown.render(run_report(build_run(protocol_run(), manifest={"model": "qwen"})))
+    assert "| manifest | value |\n|:---|:---|\n| model | qwen |" in text
+    assert ("| scenario | decode t/s | range | TTFT s | tok/chunk | n |\n"
+            "|:---|---:|---:|---:|---:|---:|\n"
+            "| code (code generation) | 203.3 | 160.0–250.0 | 0.200 | 4.01 | 3 |") in text

@@ -1,0 +1,78 @@
+"""Reading run directories: journals cut short, manifests, Locust's CSV files."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.rundir import RunDirError, SkippedLinesWarning, load_run, read_journal
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(write_run, protocol_records):
+    run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen')
+    with pytest.warns(SkippedLinesWarning, match=r"records.jsonl: skipped a torn last line \(line 15\)"):
+        assert len(list(read_journal(run_dir))) == 14
+
+
+def test_a_bad_line_in_the_middle_is_reported_by_number(write_run, protocol_records):
+    run_dir = write_run(protocol_records)
+    lines = (run_dir / "records.jsonl").read_bytes().splitlines()
+    (run_dir / "records.jsonl").write_bytes(b"\n".join(lines[:3] + [b"garbage"] + lines[3:]) + b"\n")
+    with pytest.warns(SkippedLinesWarning, match=r"skipped 1 unreadable line\(s\), first at line 4"):
+        assert len(list(read_journal(run_dir))) == 14
+
+
+def test_blank_lines_are_not_records(write_run, protocol_records):
+    run_dir = write_run(protocol_records, tail=b"\n\n")
+    assert len(list(read_journal(run_dir))) == 14
+
+
+def test_a_records_file_can_be_given_directly(write_run, protocol_records):
+    assert len(list(read_journal(write_run(protocol_records) / "records.jsonl"))) == 14
+
+
+def test_a_run_without_a_manifest_has_an_empty_one_and_is_labelled_by_its_directory(write_run, protocol_records):
+    run = load_run(write_run(protocol_records, name="box-a"))
+    assert run.manifest == {} and run.label == "box-a" and len(run.records) == 14
+
+
+def test_a_manifest_that_is_not_an_object_is_rejected(write_run, protocol_records):
+    run_dir = write_run(protocol_records)
+    (run_dir / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(RunDirError, match="manifest.json: not a JSON object"):
+        load_run(run_dir)
+
+
+LOCUST_STATS = """\
+Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,Max Response Time,Average Content Size,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%
+CHAT,single,12,1,130,127.1,120.9,132.5,512.0,0.6,0.0,130,130,130,130,130,130,130,130,130,130,130
+,Aggregated,12,1,130,127.1,120.9,132.5,512.0,0.6,0.0,130,130,130,130,130,130,130,130,130,130,130
+"""
+LOCUST_HISTORY = """\
+Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%,Total Request Count,Total Failure Count,Total Median Response Time,Total Average Response Time,Total Min Response Time,Total Max Response Time,Total Average Content Size
+1700000000,0,,Aggregated,0.000000,0.000000,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,0,0,0,0.0,0,0,0
+1700000001,8,,Aggregated,1.0,0.0,110,180,2900,2900,4900,4900,4900,4900,4900,4900,4900,20,0,110,1059.9,3.7,4901.2,128.0
+"""
+
+
+def test_locusts_own_csv_files_are_read_beside_the_records(write_run, protocol_records):
+    run_dir = write_run(protocol_records)
+    (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)
+    (run_dir / "locust_stats_history.csv").write_text(LOCUST_HISTORY)
+    run = load_run(run_dir)
+    assert run.locust.stats["Request Count"].tolist() == [12, 12]
+    assert run.locust.history["User Count"].tolist() == [0, 8]
+    assert run.locust.history["50%"].isna().tolist() == [True, False]
+    assert run.locust.failures is None
+
+
+def test_locust_stats_appear_in_the_report(write_run, protocol_records):
+    from analysis.formats import console
+    from analysis.report import run_report
+
+    run_dir = write_run(protocol_records)
+    (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)
+    text = console.render(run_report(load_run(run_dir)))
+    assert "Locust's own statistics" in text
+    assert ("  type   name         requests   failures   median   average   p99   per s\n"
+            "  CHAT   single             12          1      130    127.10   130    0.60\n"
+            "         Aggregated         12          1      130    127.10   130    0.60") in text
