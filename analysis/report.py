@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import locust_csv, text
+from analysis import locust_csv, server_view, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
 from analysis.summary import (CASE_LABELS, ProtocolTables, protocol_sections, scenario_label,
@@ -18,6 +18,7 @@ def run_report(run: Run, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) 
     tables = ProtocolTables.from_frame(df)
     sections = [
         *protocol_sections(tables),
+        *server_view.server_sections(run),
         single_details(tables.single),
         concurrency_details(tables.concurrent),
         prefill(metrics.prefill_table(df)),

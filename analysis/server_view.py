@@ -1,0 +1,121 @@
+"""The server's own view of a run, beside the client's: per-cell figures from `metrics.jsonl`.
+
+The server's identity (version, launch flags, the client host) is in the manifest, which every
+report shows first. These sections add what the server measured during each cell, with the
+client's tok/chunk beside the server's accept length and a section of its own when the two
+diverge. A run without `metrics.jsonl` (or a server without /metrics) adds no rows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import text
+from analysis.document import Section
+from analysis.rundir import Run
+from loadlib import serverfigures
+from loadlib.promscrape import read_scrapes
+
+DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval above 1, or a proxy that "
+                   "re-chunks the stream)")
+
+
+def server_sections(run: Run) -> list[Section]:
+    """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split."""
+    entries = list(read_scrapes(run.path))
+    cells = server_cell_table(serverfigures.server_cells(entries),
+                              serverfigures.client_tok_per_chunk(run.records))
+    return [server_cells_section(cells), divergence_section(cells),
+            router_split_section(serverfigures.router_split(entries))]
+
+
+def server_cell_table(cells: list[serverfigures.ServerCell],
+                      client: dict[tuple[str, str | None], float]) -> pd.DataFrame:
+    """One row per source and cell, the client's tok/chunk and the relative difference beside."""
+    rows = []
+    for c in cells:
+        tok_per_chunk = client.get((c.key.cell, c.key.scenario))
+        relative = serverfigures.divergence(c.accept_length, tok_per_chunk)
+        rows.append({
+            "source": c.source, "server": c.dialect, "cell": c.key.cell, "scenario": c.key.scenario,
+            "accept_length": c.accept_length, "accept_basis": c.accept_basis,
+            "client_tok_per_chunk": tok_per_chunk, "divergence": relative,
+            "diverges": serverfigures.diverges(relative),
+            "prefix_hit_rate": c.prefix_hit_rate, "prefix_basis": c.prefix_basis,
+            "running_mean": c.running_mean, "running_max": c.running_max,
+            "queued_mean": c.queued_mean, "queued_max": c.queued_max,
+            "ttft_mean_s": c.ttft_mean_s, "requests": c.requests,
+            "generated_tokens": c.generated_tokens, "samples": c.samples,
+        })
+    return pd.DataFrame(rows, columns=[
+        "source", "server", "cell", "scenario", "accept_length", "accept_basis", "client_tok_per_chunk",
+        "divergence", "diverges", "prefix_hit_rate", "prefix_basis", "running_mean", "running_max",
+        "queued_mean", "queued_max", "ttft_mean_s", "requests", "generated_tokens", "samples"])
+
+
+def server_cells_section(table: pd.DataFrame) -> Section:
+    return Section(
+        "server_cells", "Server view per cell (from its /metrics; accept length = tokens per verify step, "
+        "by counter deltas or the mean of the server's gauge during the cell; client tok/chunk = "
+        "Σcomp/Σchunks, stream-chunk basis; running/queued = mean/max of scrapes during the cell)",
+        table, pd.DataFrame({
+            "source": table["source"].astype(str),
+            "cell": [_label(cell, scen) for cell, scen in zip(table["cell"], table["scenario"])],
+            "accept len": text.column(table["accept_length"], 2),
+            "accept via": _basis(table["accept_basis"]),
+            "client tok/chunk": text.column(table["client_tok_per_chunk"], 2),
+            "diff": [_diff(v, flagged) for v, flagged in zip(table["divergence"], table["diverges"])],
+            "prefix hit": [text.percent(v, 1) for v in table["prefix_hit_rate"]],
+            "hit via": _basis(table["prefix_basis"]),
+            "running": [_mean_max(m, x) for m, x in zip(table["running_mean"], table["running_max"])],
+            "queued": [_mean_max(m, x) for m, x in zip(table["queued_mean"], table["queued_max"])],
+            "server TTFT s": text.column(table["ttft_mean_s"], 3),
+            "requests": text.column(table["requests"], 0),
+        }), keys=("source", "cell", "scenario"), left=("source", "cell"), optional=True)
+
+
+def divergence_section(table: pd.DataFrame) -> Section:
+    flagged = table[table["diverges"].astype(bool)]
+    limit = text.percent(serverfigures.DIVERGENCE_LIMIT)
+    return Section(
+        "server_divergence", f"DIVERGENCE: the client's tok/chunk is more than {limit} away from the "
+        f"server's accept length: {DIVERGENCE_NOTE}",
+        flagged[["source", "cell", "scenario", "accept_length", "accept_basis", "client_tok_per_chunk",
+                 "divergence"]],
+        pd.DataFrame({
+            "source": flagged["source"].astype(str),
+            "cell": [_label(cell, scen) for cell, scen in zip(flagged["cell"], flagged["scenario"])],
+            "accept len": text.column(flagged["accept_length"], 2),
+            "client tok/chunk": text.column(flagged["client_tok_per_chunk"], 2),
+            "diff": [text.signed_percent(v * 100) for v in flagged["divergence"]],
+        }), keys=("source", "cell", "scenario"), left=("source", "cell"), optional=True)
+
+
+def router_split_section(split: list[tuple[str, serverfigures.CellKey, dict[str, float]]]) -> Section:
+    data = pd.DataFrame([{"source": source, "cell": key.cell, "scenario": key.scenario, "worker": worker,
+                          "requests": n} for source, key, per_worker in split for worker, n in per_worker.items()],
+                        columns=["source", "cell", "scenario", "worker", "requests"])
+    return Section(
+        "router_split", "Router: requests sent to each worker per cell (sglang-router's processed-requests counter)",
+        data, pd.DataFrame({
+            "cell": [_label(cell, scen) for cell, scen in zip(data["cell"], data["scenario"])],
+            "worker": data["worker"].astype(str),
+            "requests": text.column(data["requests"], 0),
+        }), keys=("source", "cell", "scenario", "worker"), left=("cell", "worker"), optional=True)
+
+
+def _label(cell: str, scenario: str | None) -> str:
+    return f"{cell} {scenario}" if isinstance(scenario, str) and scenario else str(cell)
+
+
+def _basis(values: pd.Series) -> list[str]:
+    return [v if isinstance(v, str) else text.MISSING for v in values]
+
+
+def _diff(relative: float | None, flagged: bool) -> str:
+    shown = text.MISSING if relative is None or pd.isna(relative) else text.signed_percent(relative * 100)
+    return f"{shown} !" if flagged else shown
+
+
+def _mean_max(mean: float | None, peak: float | None) -> str:
+    return text.MISSING if mean is None or pd.isna(mean) else f"{text.num(mean)}/{text.num(peak, 0)}"
