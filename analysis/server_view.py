@@ -37,7 +37,7 @@ def server_cell_table(cells: list[serverfigures.ServerCell],
         tok_per_chunk = client.get((c.key.cell, c.key.scenario))
         relative = serverfigures.divergence(c.accept_length, tok_per_chunk)
         rows.append({
-            "source": c.source, "server": c.dialect, "cell": c.key.cell, "scenario": c.key.scenario,
+            "source": c.source, "server": c.dialect, "cell": c.key.cell, "scenario": c.key.scenario or "",
             "accept_length": c.accept_length, "accept_basis": c.accept_basis,
             "client_tok_per_chunk": tok_per_chunk, "divergence": relative,
             "diverges": serverfigures.diverges(relative),
@@ -92,7 +92,7 @@ def divergence_section(table: pd.DataFrame) -> Section:
 
 
 def router_split_section(split: list[tuple[str, serverfigures.CellKey, dict[str, float]]]) -> Section:
-    data = pd.DataFrame([{"source": source, "cell": key.cell, "scenario": key.scenario, "worker": worker,
+    data = pd.DataFrame([{"source": source, "cell": key.cell, "scenario": key.scenario or "", "worker": worker,
                           "requests": n} for source, key, per_worker in split for worker, n in per_worker.items()],
                         columns=["source", "cell", "scenario", "worker", "requests"])
     return Section(
@@ -104,8 +104,8 @@ def router_split_section(split: list[tuple[str, serverfigures.CellKey, dict[str,
         }), keys=("source", "cell", "scenario", "worker"), left=("cell", "worker"), optional=True)
 
 
-def _label(cell: str, scenario: str | None) -> str:
-    return f"{cell} {scenario}" if isinstance(scenario, str) and scenario else str(cell)
+def _label(cell: str, scenario: str) -> str:
+    return f"{cell} {scenario}" if scenario else cell
 
 
 def _basis(values: pd.Series) -> list[str]:
