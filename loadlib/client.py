@@ -7,6 +7,7 @@ Only such error-free records enter the protocol's figures.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,15 +85,27 @@ class ChatClient:
             max_tokens=body.get("max_tokens"),
             thinking=bool((body.get("chat_template_kwargs") or {}).get("enable_thinking")),
         )
+        record.sent_at = time.time()  # replaced by the send time when the request went out
         try:
             response = self.connection.request("POST", CHAT_PATH, data, headers)
         except TransportError as exc:
-            record.error = str(exc)
+            record.total_s = time.time() - record.sent_at  # how long it took to fail
+            record.error = self._redacted(str(exc))
             return record
         record.sent_at = response.sent_at
         record.http_status = response.status
+        key = self.settings.api_key
+        if key and response.status != 200:  # an auth error may echo the key: never keep it
+            response.pieces = [response.body.replace(key.encode(), b"***")]
         fill_record(record, response)
+        if record.error:
+            record.error = self._redacted(record.error)
         return record
+
+    def _redacted(self, reason: str) -> str:
+        """A failure reason without the API key (a server may echo it in an error message)."""
+        key = self.settings.api_key
+        return reason.replace(key, "***") if key and key in reason else reason
 
     def close(self) -> None:
         self.connection.close()
@@ -101,7 +114,9 @@ class ChatClient:
 def fill_record(record: RequestRecord, response: Response) -> None:
     """Copies a response's figures into its record and decides whether it is valid."""
     if response.status != 200:
-        record.error = http_error_reason(response.status, response.body)
+        record.error = http_error_reason(response.status, response.body, response.headers.get("retry-after"))
+        if response.arrivals:
+            record.total_s = response.arrivals[-1] - response.sent_at
         return
     stream = parse_stream(response.pieces, response.arrivals)
     sent = response.sent_at
@@ -117,8 +132,11 @@ def fill_record(record: RequestRecord, response: Response) -> None:
     record.chunks = stream.chunks
     record.finish_reason = stream.finish_reason
     record.output_sha = stream.output_sha
-    record.error = (response.error or stream.error or _missing_piece(stream.usage, stream.first_token_at,
-                                                                      stream.done_at, record.completion_tokens))
+    transport = response.error
+    if transport == "timeout mid-stream" and stream.first_token_at is None:
+        transport = "timeout before first token"
+    record.error = (transport or stream.error or _missing_piece(stream.usage, stream.first_token_at,
+                                                                stream.done_at, record.completion_tokens))
 
 
 def _missing_piece(usage: dict | None, first_token_at: float | None, done_at: float | None,

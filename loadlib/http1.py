@@ -31,6 +31,7 @@ _TIMESPEC = struct.Struct("@qq")
 _RECV_SIZE = 262144
 _DONE = b"data: [DONE]"
 _MAX_HEADER_BYTES = 65536
+MAX_BODY_BYTES = 64 << 20  # far above any chat stream; bounds memory when --host is not an LLM server
 
 
 class TransportError(Exception):
@@ -174,7 +175,11 @@ class Connection:
             except TransportError:
                 self.close()
                 raise
-            status, headers = _parse_head(head)
+            try:
+                status, headers = _parse_head(head)
+            except TransportError:
+                self.close()  # whatever follows on this connection cannot be trusted
+                raise
             response = Response(status, headers, sent_at)
             _read_body(stream, response, rest, t_first, timer, deadline)
         finally:
@@ -296,13 +301,17 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, rest: byte
         decoder = _ChunkedBody(response)
     elif "content-length" in headers:
         try:
-            decoder = _LengthBody(response, int(headers["content-length"]))
+            length = int(headers["content-length"])
+            if length < 0:
+                raise ValueError(length)
+            decoder = _LengthBody(response, length)
         except ValueError:
             response.error = "bad Content-Length"
             return
     else:
         decoder = _CloseBody(response)
     grace: gevent.Timeout | None = None
+    received = len(rest)
     try:
         if rest:
             decoder.feed(rest, t)
@@ -315,6 +324,9 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, rest: byte
             if not data:
                 decoder.eof()
                 break
+            received += len(data)
+            if received > MAX_BODY_BYTES:
+                raise TransportError("response body over 64 MiB")
             decoder.feed(data, t)
     except _Expired:
         if not decoder.saw_done:  # after [DONE] the stream is over; only the framing lingered

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import orjson
 
+MAX_LINE_BYTES = 1 << 20  # no chat-completion event comes near this; a longer line is a fault
 
 @dataclass(slots=True)
 class StreamSummary:
@@ -58,6 +59,10 @@ def parse_stream(pieces: Sequence[bytes], arrivals: Sequence[float]) -> StreamSu
     while pos < size:
         eol = body.find(b"\n", pos)
         line_end = size if eol < 0 else eol
+        if line_end - pos > MAX_LINE_BYTES:
+            summary.error = summary.error or "SSE line over 1 MiB"
+            pos = line_end + 1
+            continue
         line = body[pos:line_end]
         pos = line_end + 1
         if not line or line[:1] == b":":
@@ -80,7 +85,7 @@ def parse_stream(pieces: Sequence[bytes], arrivals: Sequence[float]) -> StreamSu
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            summary.error = summary.error or "malformed JSON in stream"
+            summary.error = summary.error or _undecodable(payload)
             continue
         if not isinstance(event, dict):
             summary.error = summary.error or "malformed JSON in stream"
@@ -129,6 +134,15 @@ def _cumulative_ends(pieces: Sequence[bytes]) -> list[int]:
     return ends
 
 
+def _undecodable(payload: bytes) -> str:
+    """Why a `data:` payload is not JSON: bytes that are not UTF-8, or broken JSON."""
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid UTF-8 in stream"
+    return "malformed JSON in stream"
+
+
 def _error_reason(error: Any) -> str:
     """A short, stable reason from the error shapes servers send (flat, nested, raw text)."""
     if isinstance(error, (bytes, str)):
@@ -147,8 +161,11 @@ def _error_reason(error: Any) -> str:
     return f"stream error: {str(error)[:160]}"
 
 
-def http_error_reason(status: int, body: bytes) -> str:
-    """`http STATUS: message` from SGLang's flat, OpenAI's nested, or a non-JSON error body."""
+def http_error_reason(status: int, body: bytes, retry_after: str | None = None) -> str:
+    """`http STATUS: message` from SGLang's flat, OpenAI's nested, or a non-JSON error body.
+
+    A `Retry-After` value (429, 503) is kept in the reason: it says the server shed the load.
+    """
     message = ""
     try:
         data = orjson.loads(body)
@@ -164,7 +181,10 @@ def http_error_reason(status: int, body: bytes) -> str:
             if not message and "detail" in data:
                 message = str(data["detail"])
     message = " ".join(message.split())[:160]
-    return f"http {status}: {message}" if message else f"http {status}"
+    reason = f"http {status}: {message}" if message else f"http {status}"
+    if retry_after:
+        reason += f" (Retry-After: {retry_after[:40]})"
+    return reason
 
 
 def _int_or_none(usage: dict[str, Any] | None, key: str) -> int | None:
