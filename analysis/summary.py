@@ -128,7 +128,25 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     if len(df):
         parts.append(f"{int(df['round'].max()) + 1} rounds")
     parts.append(f"{len(df)} requests, {int((~df['ok']).sum())} failed")
+    cut = cut_short(manifest)
+    if cut:
+        parts.append(f"CUT SHORT ({cut}): the figures cover only the requests that finished")
     return "uni-bench summary: " + ", ".join(parts)
+
+
+def cut_short(manifest: Mapping[str, Any]) -> str | None:
+    """Why the run ended early, from the end marker the client writes into its manifest.
+
+    The manifest is written at the start with `ended_at: null` and rewritten at the end with the
+    time and `finished` (the whole plan ran). A null `ended_at` means the client never reached
+    its end (killed); `finished: false` means it was stopped (Ctrl-C, --run-time, web UI stop).
+    Manifests without the marker (other tools, older runs) say nothing.
+    """
+    if "ended_at" in manifest and manifest["ended_at"] is None:
+        return "the client never reached the end of the run"
+    if manifest.get("finished") is False:
+        return "stopped before the plan was done"
+    return None
 
 
 def scenario_label(name: str) -> str:

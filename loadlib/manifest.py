@@ -60,7 +60,11 @@ def build_manifest(opts: Any, target: str, model: str, builtin_simulator: Any = 
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    (run_dir / MANIFEST_FILE).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    """Writes the manifest whole or not at all (a process killed mid-write leaves the old one)."""
+    path = Path(run_dir) / MANIFEST_FILE
+    partial = path.with_name(MANIFEST_FILE + ".partial")
+    partial.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    os.replace(partial, path)
 
 
 def _version(package: str) -> str | None:
