@@ -23,21 +23,21 @@ DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval abo
 def server_sections(run: Run) -> list[Section]:
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split."""
     entries = list(read_scrapes(run.path))
-    cells = server_cell_table(serverfigures.server_cells(entries),
-                              serverfigures.client_tok_per_chunk(run.records))
+    cells = server_cell_table(serverfigures.server_cells(entries), run.records)
     return [server_cells_section(cells), divergence_section(cells),
-            router_split_section(serverfigures.router_split(entries))]
+            router_split_section(serverfigures.router_split(entries), run.records)]
 
 
-def server_cell_table(cells: list[serverfigures.ServerCell],
-                      client: dict[tuple[str, str | None], float]) -> pd.DataFrame:
-    """One row per source and cell, the client's tok/chunk and the relative difference beside."""
+def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFrame) -> pd.DataFrame:
+    """One row per source and cell, with the client's tok/chunk over the same cell beside."""
     rows = []
     for c in cells:
-        tok_per_chunk = client.get((c.key.cell, c.key.scenario))
+        own = serverfigures.cell_records(records, c.span)
+        tok_per_chunk = serverfigures.client_tok_per_chunk(own)
         relative = serverfigures.divergence(c.accept_length, tok_per_chunk)
         rows.append({
-            "source": c.source, "server": c.dialect, "cell": c.key.cell, "scenario": c.key.scenario or "",
+            "source": c.source, "server": c.dialect, "cell": c.span.cell,
+            "scenario": serverfigures.cell_scenario(c.span, own),
             "accept_length": c.accept_length, "accept_basis": c.accept_basis,
             "client_tok_per_chunk": tok_per_chunk, "divergence": relative,
             "diverges": serverfigures.diverges(relative),
@@ -91,10 +91,13 @@ def divergence_section(table: pd.DataFrame) -> Section:
         }), keys=("source", "cell", "scenario"), left=("source", "cell"), optional=True)
 
 
-def router_split_section(split: list[tuple[str, serverfigures.CellKey, dict[str, float]]]) -> Section:
-    data = pd.DataFrame([{"source": source, "cell": key.cell, "scenario": key.scenario or "", "worker": worker,
-                          "requests": n} for source, key, per_worker in split for worker, n in per_worker.items()],
-                        columns=["source", "cell", "scenario", "worker", "requests"])
+def router_split_section(splits: list[serverfigures.RouterSplit], records: pd.DataFrame) -> Section:
+    data = pd.DataFrame([
+        {"source": split.source, "cell": split.span.cell,
+         "scenario": serverfigures.cell_scenario(split.span, serverfigures.cell_records(records, split.span)),
+         "worker": worker, "requests": n}
+        for split in splits for worker, n in split.requests.items()],
+        columns=["source", "cell", "scenario", "worker", "requests"])
     return Section(
         "router_split", "Router: requests sent to each worker per cell (sglang-router's processed-requests counter)",
         data, pd.DataFrame({

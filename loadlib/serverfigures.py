@@ -64,16 +64,15 @@ ROUTER_SPLIT = "sgl_router_processed_requests_total"  # sglang-router: requests 
 
 
 @dataclass(frozen=True)
-class CellKey:
-    """One cell of the run as the scrapes tag it; `scenario` names single-stream cells apart."""
+class CellSpan:
+    """One cell as one source's scrapes frame it: the conductor's order, name and case, and the
+    wall clock of its start and end scrapes (the cell's requests were sent between them)."""
 
     index: int
     cell: str
-    scenario: str | None
-
-    @property
-    def label(self) -> str:
-        return f"{self.cell} {self.scenario}" if self.scenario else self.cell
+    case: str | None
+    started_at: float
+    ended_at: float
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class ServerCell:
 
     source: str
     dialect: str
-    key: CellKey
+    span: CellSpan
     accept_length: float | None
     accept_basis: str | None  # COUNTER or GAUGE
     prefix_hit_rate: float | None  # hit tokens / queried tokens
@@ -97,6 +96,15 @@ class ServerCell:
     samples: int  # scrapes taken during the cell (between its start and end scrapes)
 
 
+@dataclass(frozen=True)
+class RouterSplit:
+    """Requests a router sent to each of its workers during one cell."""
+
+    source: str
+    span: CellSpan
+    requests: dict[str, float]  # worker URL -> requests
+
+
 def server_cells(entries: Iterable[dict[str, Any]]) -> list[ServerCell]:
     """Per source and cell, the server's figures; sources no dialect knows are left out."""
     out = []
@@ -104,25 +112,25 @@ def server_cells(entries: Iterable[dict[str, Any]]) -> list[ServerCell]:
         dialect = dialect_of([e for cell in by_cell.values() for e in cell])
         if dialect is None:
             continue
-        for key, cell_entries in by_cell.items():
-            figures = cell_figures(source, dialect, key, cell_entries)
+        for cell_entries in by_cell.values():
+            figures = cell_figures(source, dialect, cell_entries)
             if figures is not None:
                 out.append(figures)
     return out
 
 
-def router_split(entries: Iterable[dict[str, Any]]) -> list[tuple[str, CellKey, dict[str, float]]]:
+def router_split(entries: Iterable[dict[str, Any]]) -> list[RouterSplit]:
     """Per router source and cell: requests the router sent to each worker during the cell."""
     out = []
     for source, by_cell in _by_source_and_cell(entries).items():
-        for key, cell_entries in by_cell.items():
+        for cell_entries in by_cell.values():
             start, end = _ends(cell_entries)
             if start is None or end is None:
                 continue
             workers = sorted({s[1].get("worker", "") for s in end["samples"] if s[0] == ROUTER_SPLIT})
             if workers:
                 split = {w: _delta(start, end, ROUTER_SPLIT, {"worker": w}) or 0.0 for w in workers}
-                out.append((source, key, split))
+                out.append(RouterSplit(source, _span(start, end), split))
     return out
 
 
@@ -136,8 +144,7 @@ def dialect_of(entries: Iterable[dict[str, Any]]) -> Dialect | None:
     return None
 
 
-def cell_figures(source: str, dialect: Dialect, key: CellKey,
-                 entries: list[dict[str, Any]]) -> ServerCell | None:
+def cell_figures(source: str, dialect: Dialect, entries: list[dict[str, Any]]) -> ServerCell | None:
     """One source's figures over one cell, from the cell's scrapes; None without both a start
     and an end scrape."""
     start, end = _ends(entries)
@@ -149,26 +156,34 @@ def cell_figures(source: str, dialect: Dialect, key: CellKey,
     running = [v for v in (_value(e, dialect.running) for e in during) if v is not None]
     queued = [v for v in (_value(e, dialect.queued) for e in during) if v is not None]
     return ServerCell(
-        source, dialect.name, key, accept, accept_basis, hit, hit_basis, _mean(running),
+        source, dialect.name, _span(start, end), accept, accept_basis, hit, hit_basis, _mean(running),
         max(running, default=None), _mean(queued), max(queued, default=None),
         _histogram_mean(dialect.ttft, start, end), _delta(start, end, dialect.requests),
         _delta(start, end, dialect.generated), len(during))
 
 
-def client_tok_per_chunk(records: pd.DataFrame) -> dict[tuple[str, str | None], float]:
-    """Per cell (and scenario for single-stream cells): Σcomp / Σchunks of successful requests.
+def cell_records(records: pd.DataFrame, span: CellSpan) -> pd.DataFrame:
+    """The client's records of a cell: its name, sent between its start and end scrapes."""
+    sent = records["sent_at"]
+    return records[(records["cell"] == span.cell) & (sent >= span.started_at) & (sent <= span.ended_at)]
 
-    Summed over the cell rather than averaged per request, to weigh every chunk once, as the
-    server's accept length weighs every verify step once.
+
+def client_tok_per_chunk(records: pd.DataFrame) -> float | None:
+    """Σcomp / Σchunks over the successful requests given (one cell's).
+
+    Summed rather than averaged per request, to weigh every chunk once, as the server's accept
+    length weighs every verify step once.
     """
     ok = records[records["ok"] & (records["chunks"] > 0)]
     if ok.empty:
-        return {}
-    scenario = ok["scenario"].where(ok["case"] == metrics.SINGLE_CASE, None)
-    sums = ok.assign(_scenario=scenario.fillna("")).groupby(["cell", "_scenario"])[
-        ["completion_tokens", "chunks"]].sum()
-    return {(cell, scen or None): float(metrics.tok_per_chunk(row.completion_tokens, row.chunks))
-            for (cell, scen), row in sums.iterrows()}
+        return None
+    return float(metrics.tok_per_chunk(ok["completion_tokens"].sum(), ok["chunks"].sum()))
+
+
+def cell_scenario(span: CellSpan, records: pd.DataFrame) -> str:
+    """The scenario of a single-stream cell, from its records ("code"); "" for other cells."""
+    scenarios = records["scenario"].dropna().unique()
+    return str(scenarios[0]) if span.case == metrics.SINGLE_CASE and len(scenarios) == 1 else ""
 
 
 def divergence(server_accept_length: float | None, client_tok_per_chunk: float | None) -> float | None:
@@ -184,14 +199,16 @@ def diverges(relative: float | None) -> bool:
 
 # --- internals -----------------------------------------------------------------------------
 
-def _by_source_and_cell(entries: Iterable[dict[str, Any]]) -> dict[str, dict[CellKey, list[dict[str, Any]]]]:
-    grouped: dict[str, dict[CellKey, list[dict[str, Any]]]] = {}
+def _by_source_and_cell(entries: Iterable[dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    grouped: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for entry in entries:
-        if entry.get("cell_index") is None:
-            continue
-        key = CellKey(entry["cell_index"], entry["cell"], entry.get("scenario"))
-        grouped.setdefault(entry["source"], {}).setdefault(key, []).append(entry)
+        if entry.get("cell_index") is not None:
+            grouped.setdefault(entry["source"], {}).setdefault(entry["cell_index"], []).append(entry)
     return grouped
+
+
+def _span(start: dict[str, Any], end: dict[str, Any]) -> CellSpan:
+    return CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"])
 
 
 def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

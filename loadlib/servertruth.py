@@ -112,8 +112,7 @@ class ServerWatch:
     def on_cell(self, cell: Any, phase: str, **_kwargs: Any) -> None:
         """Conductor hook: scrape when a cell starts and ends; warn on divergence at its end."""
         if phase == "start":
-            self.cell = {"cell_index": self._cells_started, "cell": cell.name, "case": cell.case,
-                         "scenario": cell.prompts[0] if cell.case == metrics.SINGLE_CASE else None}
+            self.cell = {"cell_index": self._cells_started, "cell": cell.name, "case": cell.case}
             self._cells_started += 1
             self._cell_entries = []
         tag = self.cell
@@ -146,16 +145,16 @@ class ServerWatch:
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
             return
-        key = serverfigures.CellKey(tag["cell_index"], tag["cell"], tag["scenario"])
-        records = [r for r in self.session.records if r["cell"] == key.cell
-                   and (key.scenario is None or r["scenario"] == key.scenario)]
-        client = serverfigures.client_tok_per_chunk(metrics.records_frame(records)).get((key.cell, key.scenario))
+        records = metrics.records_frame([r for r in self.session.records if r["cell"] == tag["cell"]])
         for server in serverfigures.server_cells(self._cell_entries):
+            own = serverfigures.cell_records(records, server.span)
+            client = serverfigures.client_tok_per_chunk(own)
             relative = serverfigures.divergence(server.accept_length, client)
             if serverfigures.diverges(relative):
+                label = f"{tag['cell']} {serverfigures.cell_scenario(server.span, own)}".strip()
                 log.warning("%s: %s accept length %.2f (%s) but client tok/chunk %.2f (%+.0f%%): "
                             "chunks are merged on the way (--stream-interval above 1, or a proxy)",
-                            key.label, server.source, server.accept_length, server.accept_basis,
+                            label, server.source, server.accept_length, server.accept_basis,
                             client, relative * 100)
 
 

@@ -1,0 +1,241 @@
+"""Server-side truth: the target's self-description in the manifest, /metrics per cell, and the
+server's accept length beside the client's tok/chunk.
+
+Recorded metric texts (tests/data/metrics) are written from SGLang's, vLLM's, llama.cpp's and
+sglang-router's documented metric names; the end-to-end tests run real headless Locust against
+the simulator, whose /metrics uses SGLang's names.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from analysis.server_view import server_cell_table
+from loadlib import metrics, serverfigures
+from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parse_metrics, read_scrapes
+from loadlib.serverinfo import REDACTED, redact
+from tests.conftest import FAST_SIM, run_locust
+
+DATA = Path(__file__).parent / "data" / "metrics"
+T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
+
+
+def recorded_cell(server: str, source: str = "target") -> list[dict]:
+    """A cell's scrapes as the journal keeps them: start, one during the cell, end."""
+    entries = []
+    for offset, phase, name in ((0.0, "start", "start"), (5.0, "interval", "during"), (10.0, "end", "end")):
+        families, samples = parse_metrics((DATA / f"{server}_{name}.prom").read_text())
+        entries.append({"t": T0 + offset, "source": source, "url": "http://gpu-box/metrics", "phase": phase,
+                        "cell_index": 0, "cell": "c4-same", "case": "same", "error": None,
+                        "families": families, "samples": samples})
+    return entries
+
+
+def client_records(chunks: int, n: int = 4) -> "metrics.pd.DataFrame":
+    """The cell's records as the client kept them: n streams of 512 tokens in `chunks` chunks."""
+    return metrics.records_frame([{
+        "request_id": f"r{i}", "scenario": "code", "cell": "c4-same", "concurrency": n, "case": "same",
+        "round": 0, "slot": i, "worker": 0, "user": i, "sent_at": T0 + 1.0, "ttft_s": 0.2, "total_s": 3.0,
+        "last_chunk_s": 3.0, "completion_tokens": 512, "prompt_tokens": 2000, "cached_tokens": 1500,
+        "chunks": chunks, "finish_reason": "length", "http_status": 200, "error": None,
+        "output_sha": "x", "max_tokens": 512, "thinking": False} for i in range(n)])
+
+
+# --- recorded metric texts -> per-cell figures ----------------------------------------------------
+
+@pytest.mark.parametrize("server, expected", [
+    # SGLang: accept length only as a gauge (mean of the scrape during the cell, 6.2, and at its
+    # end, 6.0); prefix hits from counters: 6000 cached of 8000 prompt tokens; TTFT 1.0 s / 4.
+    ("sglang", dict(dialect="SGLang", accept_length=6.1, accept_basis="gauge", prefix_hit_rate=0.75,
+                    prefix_basis="counter", running_mean=2.0, queued_mean=2.0, ttft_mean_s=0.25,
+                    requests=4.0, generated_tokens=2048.0)),
+    # vLLM (two engines, summed): 1 + 1600 accepted / 400 drafts; 2500 hits of 10000 queried
+    # tokens; running 5 + 3, waiting 2 + 1; TTFT 2.4 s / 8.
+    ("vllm", dict(dialect="vLLM", accept_length=5.0, accept_basis="counter", prefix_hit_rate=0.25,
+                  prefix_basis="counter", running_mean=8.0, queued_mean=3.0, ttft_mean_s=0.3,
+                  requests=8.0, generated_tokens=4096.0)),
+    # llama.cpp: no speculative, prefix-cache or TTFT metrics; processing and deferred requests.
+    ("llamacpp", dict(dialect="llama.cpp", accept_length=None, accept_basis=None, prefix_hit_rate=None,
+                      prefix_basis=None, running_mean=2.0, queued_mean=1.0, ttft_mean_s=None,
+                      requests=None, generated_tokens=1024.0)),
+])
+def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
+    [cell] = serverfigures.server_cells(recorded_cell(server))
+    assert cell.span == serverfigures.CellSpan(0, "c4-same", "same", T0, T0 + 10.0)
+    assert cell.samples == 1
+    for name, value in expected.items():
+        assert getattr(cell, name) == (pytest.approx(value) if isinstance(value, float) else value), name
+
+
+def test_a_counter_declared_without_samples_counts_from_zero():
+    # SGLang declares cached_tokens_total but writes no sample before the first cache hit.
+    start = recorded_cell("sglang")[0]
+    assert "sglang:cached_tokens" in start["families"]
+    assert not [s for s in start["samples"] if s[0] == "sglang:cached_tokens_total"]
+    [cell] = serverfigures.server_cells(recorded_cell("sglang"))
+    assert cell.prefix_hit_rate == pytest.approx(6000 / 8000)
+
+
+def test_a_counter_that_went_back_gives_no_figure():
+    entries = recorded_cell("vllm")
+    entries[0], entries[2] = {**entries[2], "phase": "start", "t": T0}, {**entries[0], "phase": "end", "t": T0 + 10}
+    [cell] = serverfigures.server_cells(entries)
+    assert cell.accept_length is None and cell.prefix_hit_rate is None and cell.requests is None
+
+
+def test_router_split_counts_requests_per_worker():
+    [split] = serverfigures.router_split(recorded_cell("sgl_router", source="router"))
+    assert split.source == "router"
+    assert split.requests == {"http://127.0.0.1:30001": 4.0, "http://127.0.0.1:30002": 4.0}
+
+
+@pytest.mark.parametrize("chunks, flagged", [(86, False), (22, True)])
+def test_client_tok_per_chunk_beside_the_servers_accept_length(chunks, flagged):
+    table = server_cell_table(serverfigures.server_cells(recorded_cell("sglang")), client_records(chunks))
+    row = table.iloc[0]
+    assert row["client_tok_per_chunk"] == pytest.approx(512 / chunks)
+    assert row["divergence"] == pytest.approx(512 / chunks / 6.1 - 1)
+    assert bool(row["diverges"]) is flagged
+
+
+def test_records_outside_the_cells_scrapes_are_not_its_records():
+    late = client_records(22).assign(sent_at=T0 + 11.0)
+    table = server_cell_table(serverfigures.server_cells(recorded_cell("sglang")), late)
+    assert table.iloc[0]["client_tok_per_chunk"] is None and not table.iloc[0]["diverges"]
+
+
+# --- server info and scraping never raise ------------------------------------------------------
+
+def test_secrets_in_server_answers_are_redacted():
+    key = "sk-live-0123456789"
+    args = {"api_key": key, "admin_api_key": "adm", "hf_token": "hf_x", "tp_size": 2, "max_prefill_tokens": 8192,
+            "tokenizer_path": "/m", "served_model_name": "m", "api_key_unset": None,
+            "nested": [{"url": f"http://h/?key={key}"}]}
+    clean = redact(args, key)
+    assert clean["api_key"] == clean["admin_api_key"] == clean["hf_token"] == REDACTED
+    assert clean["tp_size"] == 2 and clean["max_prefill_tokens"] == 8192 and clean["tokenizer_path"] == "/m"
+    assert clean["api_key_unset"] is None  # no value, nothing to hide
+    assert key not in orjson.dumps(clean).decode()
+
+
+def test_metrics_urls_default_to_the_metrics_page():
+    assert metrics_url("http://gpu-box:30000") == "http://gpu-box:30000/metrics"
+    assert metrics_url("http://gpu-box:30000/v1") == "http://gpu-box:30000/metrics"
+    assert metrics_url("http://gpu-box:29000/custom/metrics") == "http://gpu-box:29000/custom/metrics"
+
+
+def test_a_page_that_is_not_there_is_recorded_missing_not_raised(tmp_path, simulator):
+    sim, _trace = simulator
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()
+    scraper = Scraper(tmp_path, [MetricsSource("target", metrics_url(sim.url)),
+                                 MetricsSource("worker 1", f"{sim.url}/no-metrics-here"),
+                                 MetricsSource("worker 2", f"http://127.0.0.1:{dead_port}/metrics")])
+    first = scraper.scrape("run-start")
+    second = scraper.scrape("start", {"cell_index": 0, "cell": "single", "case": "single"})
+    scraper.close()
+    assert [e["error"] for e in first] == [None, "HTTP 404", f"connect to 127.0.0.1:{dead_port}: connection refused"]
+    assert [e["source"] for e in second] == ["target"]  # missing pages are not asked again
+    assert set(scraper.missing) == {"worker 1", "worker 2"}
+    assert [e["phase"] for e in read_scrapes(tmp_path)] == ["run-start"] * 3 + ["start"]
+
+
+# --- end to end: real headless Locust against the simulator --------------------------------------
+
+BASE = ["--headless", "--rounds", "2", "--scenarios", "code", "--concurrency", "2", "-u", "2",
+        "--metrics-interval", "0.05", "--loglevel", "WARNING"]
+
+
+def report(run_dir: Path, *args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir), *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):
+    """One run against the built-in simulator, with an API key and a worker page that is down."""
+    work = tmp_path_factory.mktemp("server-truth")
+    secret = "sk-server-truth-never-written"
+    result = run_locust([*BASE, "--run-dir", str(work / "r"), "--sim-args", FAST_SIM, "--api-key", secret,
+                         "--worker-metrics", "http://127.0.0.1:9"], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, work / "r", secret
+
+
+def test_manifest_holds_the_servers_self_description_and_the_client_host(sim_run):
+    _result, run_dir, _secret = sim_run
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    server = manifest["server"]
+    assert server["kind"] == "sglang" and server["version"].endswith("-sim")
+    launch = server["launch"]
+    assert launch["tp_size"] == 2 and launch["speculative_algorithm"] == "DFLASH"
+    assert launch["speculative_num_draft_tokens"] == 8 and launch["max_running_requests"] == 2
+    assert launch["chunked_prefill_size"] == 2048 and launch["kv_cache_dtype"] == "fp8_e5m2"
+    endpoints = server["endpoints"]
+    assert endpoints["/get_server_info"] == endpoints["/v1/models"] == "ok"
+    assert endpoints["/version"] == endpoints["/props"] == "missing (HTTP 404)"
+    assert server["metrics"]["sources"]["target"].endswith("/metrics")
+    assert server["metrics"]["missing"] == {"worker 1": "connect to 127.0.0.1:9: connection refused"}
+    info = orjson.loads((run_dir / server["info_file"]).read_bytes())
+    assert info["/get_server_info"]["internal_states"][0]["avg_spec_accept_length"] > 1
+    client = manifest["client"]
+    assert client["cpu_model"] and client["cores"] >= 1 and client["python"] and client["locust"]
+
+
+def test_api_key_reaches_no_file(sim_run):
+    _result, run_dir, secret = sim_run
+    for path in run_dir.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def test_every_cell_is_scraped_at_its_start_and_end_and_during(sim_run):
+    _result, run_dir, _secret = sim_run
+    entries = [e for e in read_scrapes(run_dir) if e["source"] == "target"]
+    assert entries[0]["phase"] == "run-start" and entries[-1]["phase"] == "run-end"
+    assert all(e["error"] is None for e in entries)
+    cells = [e["cell"] for e in entries if e["phase"] == "start"]
+    assert cells == [e["cell"] for e in entries if e["phase"] == "end"] == ["single", "c2-same", "c2-different"]
+    assert any(e["phase"] == "interval" and e.get("cell") for e in entries)
+
+
+def test_report_shows_the_server_view_beside_the_client_view(sim_run):
+    _result, run_dir, _secret = sim_run
+    text = report(run_dir)
+    assert "server.launch.speculative_algorithm: DFLASH" in text  # the manifest, shown first
+    server_view = text.split("Server view per cell")[1].split("\n\n")[0]
+    assert "single code" in server_view and "c2-same" in server_view and "c2-different" in server_view
+    assert "DIVERGENCE" not in text
+    rows = orjson.loads(report(run_dir, "--json"))["tables"]["server_cells"]
+    for row in rows:
+        # the simulator draws code's accept length around 6.4 tokens per verify step
+        assert row["accept_basis"] == "gauge" and 5.5 < row["accept_length"] < 7.5
+        assert abs(row["divergence"]) < serverfigures.DIVERGENCE_LIMIT
+        assert row["requests"] == 2 * (1 if row["cell"] == "single" else 2)
+    same = next(r for r in rows if r["cell"] == "c2-same")
+    assert same["prefix_hit_rate"] > 0.9 and same["running_max"] == 2
+
+
+def stream_interval_supported() -> bool:
+    help_text = subprocess.run([sys.executable, "-m", "loadlib.sim", "--help"], capture_output=True, text=True).stdout
+    return "--stream-interval" in help_text
+
+
+@pytest.mark.skipif(not stream_interval_supported(), reason="the simulator has no --stream-interval yet")
+def test_merged_chunks_are_flagged_as_divergence(tmp_path):
+    result = run_locust([*BASE, "--run-dir", str(tmp_path / "r"), "--sim-args", f"{FAST_SIM} --stream-interval 4"],
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "chunks are merged on the way" in result.stderr  # warned live, at the end of each cell
+    text = report(tmp_path / "r")
+    assert "DIVERGENCE" in text
+    rows = orjson.loads(report(tmp_path / "r", "--json"))["tables"]["server_divergence"]
+    assert {r["cell"] for r in rows} == {"single", "c2-same", "c2-different"}
+    assert all(r["divergence"] > 1.0 for r in rows)  # about 4 verify steps' tokens per chunk
