@@ -104,6 +104,7 @@ class Stats:
         self.verify_steps_total = 0  # request-steps: one per request per verify step
         self.verify_tokens_total = 0
         self.prefill_steps_total = 0
+        self.batch_steps_total = 0
         self.cache_hit_rate = 0.0  # of the last prefill batch, as SGLang reports it
         self.steps_total = 0
         self.lag_sum = 0.0
@@ -210,7 +211,8 @@ class Engine:
             if not self.busy:
                 self._work.clear()
                 self._work.wait()
-                next_t = monotonic()
+                next_t = monotonic() + self.cfg.admission_delay_s * scale
+                self._sleep_until(next_t)
             batch = self._prefill_batch()
             if batch:
                 next_t += self._prefill_duration(batch) * scale
@@ -332,6 +334,7 @@ class Engine:
                 still.append(req)
                 req.on_step(start, end, False)
         n = len(self.running)
+        stats.batch_steps_total += 1
         stats.verify_steps_total += n
         stats.verify_tokens_total += step_tokens
         if n:

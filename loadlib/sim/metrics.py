@@ -96,6 +96,12 @@ def render(engine: "Engine") -> bytes:
             ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
              stats.e2e)):
         lines += [f"# HELP {name} {doc}", f"# TYPE {name} histogram", *hist.lines(name, model)]
+    for name, doc, value in (
+            ("loadlib_sim:prefill_steps_total", "Prefill steps (chunks of chunked prefill) run.",
+             stats.prefill_steps_total),
+            ("loadlib_sim:verify_steps_total", "Verify (decode) steps run, one per batch.",
+             stats.batch_steps_total)):
+        lines += [f"# HELP {name} {doc}", f"# TYPE {name} counter", f"{name}{{{model}}} {value}"]
     name = "loadlib_sim:scheduling_lag_seconds"
     lines += [f"# HELP {name} How late the simulator's step loop woke up against its own schedule "
               f"(steps of the last few seconds).",

@@ -1,8 +1,9 @@
 """A deterministic approximate tokenizer and the chat template's token framing.
 
 The simulator never sees the real model's tokenizer, but `usage.prompt_tokens`, prefill time and
-the radix cache all need token counts that behave like one: CJK characters count about one token
-each, Latin words about one (long words more), digits in groups of three, whitespace runs one.
+the radix cache all need token counts that behave like one: CJK text about one token per two
+characters (Qwen's vocabulary holds most common two-character words), Latin words about one
+(long words more), digits in groups of three, whitespace runs one.
 Token ids are stable hashes of the pieces, so identical text gives identical ids and the radix
 cache can match prefixes token-exactly.
 """
@@ -15,7 +16,7 @@ import zlib
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_PUNCT = "\u3000-\u303f\uff00-\uffef"
 _PIECE = re.compile(
-    rf"[{_CJK}]"  # one CJK ideograph
+    rf"[{_CJK}]{{1,2}}"  # one or two CJK ideographs
     rf"|[{_CJK_PUNCT}]"  # one full-width punctuation mark
     r"| ?[A-Za-z]{1,10}"  # a word (long words split every 10 letters), with its leading space
     r"| ?\d{1,3}"

@@ -105,3 +105,10 @@ def read_trace(path, *ids: str) -> dict[str, dict]:
             return trace
         time.sleep(0.01)
     raise AssertionError(f"trace lacks {ids}")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in /metrics")

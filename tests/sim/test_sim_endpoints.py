@@ -7,14 +7,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import chat, request
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} {labels} not in /metrics")
+from conftest import chat, metric, request
 
 
 def test_server_info_reports_launch_flags_version_and_accept_length(sim):

@@ -7,7 +7,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import chat, read_trace
+from conftest import chat, metric, read_trace, request
 
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
@@ -72,3 +72,13 @@ def test_time_scale_shrinks_simulated_durations(tmp_path):
     steps = record["chunks"] - 1
     decode = record["done_at"] - record["first_token_at"]
     assert 0.5 * 0.2 * 0.0259 * steps < decode < 3 * 0.2 * 0.0259 * steps
+
+
+def test_long_prompts_are_prefilled_in_chunks_of_chunked_prefill_size(traced):
+    sim, _ = traced
+    steps = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "loadlib_sim:prefill_steps_total")
+    before = steps()
+    reply = chat(sim.url, prompt=f"Notes {uuid.uuid4().hex}:" + " lorem" * 5000, max_tokens=2)
+    assert 5000 < reply.usage["prompt_tokens"] <= 6144
+    assert steps() - before == 3  # 2048 + 2048 + the rest
+

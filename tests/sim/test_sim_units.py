@@ -45,8 +45,8 @@ def test_radix_page_size_rounds_down_to_whole_pages():
     assert cache.match(list(range(10))) == 8
 
 
-def test_tokenizer_counts_cjk_per_character_and_words_per_word():
-    assert len(tokenizer.encode("秋天的北平")) == 5
+def test_tokenizer_counts_cjk_per_two_characters_and_words_per_word():
+    assert len(tokenizer.encode("秋天的北平")) == 3
     assert len(tokenizer.encode("the draft model verifies")) == 4
     assert tokenizer.encode("same text") == tokenizer.encode("same text")
     assert "".join(tokenizer.pieces("def f(x):\n    return x")) == "def f(x):\n    return x"
@@ -64,3 +64,11 @@ def test_protocol_prompts_naturally_run_past_1024_tokens(name):
     assert req.limit >= 1024 and req.finish_reason == "stop"
     capped = engine.make_request("r", [{"role": "user", "content": PROTOCOL_PROMPTS[name]}], 1024, 0.0, False)
     assert capped.limit == 1024 and capped.finish_reason == "length"
+
+
+def test_a_verify_step_yields_between_one_token_and_the_draft_block():
+    engine = Engine(PRESETS["3090x2-tp2-dflash"])
+    req = engine.make_request("r", [{"role": "user", "content": PROTOCOL_PROMPTS["code"]}], None, 0.0, False)
+    draws = [req.draw_step() for _ in range(2000)]
+    assert min(draws) == 1 and max(draws) == 8
+    assert sum(draws) / len(draws) == pytest.approx(6.474, rel=0.05)
