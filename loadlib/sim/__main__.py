@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-num-draft-tokens", type=_positive_int,
                    help="draft block size: a verify step yields 1..N tokens")
     g.add_argument("--page-size", type=_positive_int)
+    g.add_argument("--stream-interval", type=_positive_int,
+                   help="stream output every N decode steps (merges steps into one chunk)")
     g.add_argument("--radix-cache-tokens", type=_positive_int, help="radix cache capacity (tokens)")
     g.add_argument("--disable-radix-cache", action="store_true", default=None)
     g.add_argument("--enable-cache-report", action="store_true", default=None,

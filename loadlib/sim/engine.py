@@ -60,7 +60,7 @@ class SimRequest:
     """One generation request as the engine sees it (token counts, cache state, progress)."""
 
     __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "prefilled", "limit",
-                 "output", "domain", "generated", "finish_reason", "aborted", "on_step",
+                 "output", "domain", "generated", "streamed", "finish_reason", "aborted", "on_step",
                  "_cdf", "_cdf_reasoning", "_rng")
 
     def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, domain: str,
@@ -75,6 +75,7 @@ class SimRequest:
         self.output = output
         self.domain = domain
         self.generated = 0
+        self.streamed = 0  # tokens already handed to `on_step`
         self.finish_reason = finish_reason  # what ends it when `generated` reaches `limit`
         self.aborted = False
         self.on_step: StepCallback = _ignore
@@ -125,6 +126,7 @@ class Engine:
         self.running: list[SimRequest] = []
         self.stats = Stats()
         self._chunked: SimRequest | None = None
+        self._decode_ct = 0
         self._work = Event()
         self._loop: gevent.Greenlet | None = None
 
@@ -296,7 +298,7 @@ class Engine:
                 self.radix.insert(req.prompt_ids)
             stats.prompt_tokens_total += req.prompt_tokens
             stats.cached_tokens_total += req.cached_tokens
-            req.generated = 1  # prefill samples the first token
+            req.generated = req.streamed = 1  # prefill samples the first token
             if req.limit <= 1:
                 self._finish(req)
                 req.on_step(0, 1, True)
@@ -315,24 +317,29 @@ class Engine:
                 + ctx * cfg.verify_ctx_token_s)
 
     def _verify_step(self) -> None:
+        """One verify step for the batch; like SGLang, output streams every `stream_interval`
+        decode steps (and always at the end), so a larger interval merges steps into a chunk."""
         stats = self.stats
         still: list[SimRequest] = []
         step_tokens = 0
+        self._decode_ct += 1
+        stream_now = self._decode_ct % self.cfg.stream_interval == 0
         for req in self.running:
             if req.aborted:
                 continue
-            start = req.generated
             gain = req.draw_step()
             step_tokens += gain
-            end = start + gain
+            end = req.generated + gain
             if end >= req.limit:
                 req.generated = req.limit
                 self._finish(req)
-                req.on_step(start, req.limit, True)
+                req.on_step(req.streamed, req.limit, True)
             else:
                 req.generated = end
                 still.append(req)
-                req.on_step(start, end, False)
+                if stream_now:
+                    req.on_step(req.streamed, end, False)
+                    req.streamed = end
         n = len(self.running)
         stats.batch_steps_total += 1
         stats.verify_steps_total += n

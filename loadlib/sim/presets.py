@@ -41,6 +41,7 @@ class SimConfig:
     radix_cache_tokens: int = 600_000
     disable_radix_cache: bool = False
     page_size: int = 1
+    stream_interval: int = 1
     # speculative decoding
     speculative_algorithm: str = "DFLASH"
     speculative_num_draft_tokens: int = 8

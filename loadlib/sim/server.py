@@ -322,6 +322,7 @@ class SimServer:
                 "max_running_requests": cfg.max_running_requests,
                 "chunked_prefill_size": cfg.chunked_prefill_size,
                 "max_prefill_tokens": cfg.max_prefill_tokens, "page_size": cfg.page_size,
+                "stream_interval": cfg.stream_interval,
                 "kv_cache_dtype": cfg.kv_cache_dtype, "mem_fraction_static": cfg.mem_fraction_static,
                 "disable_radix_cache": cfg.disable_radix_cache,
                 "enable_cache_report": cfg.enable_cache_report,

@@ -82,3 +82,14 @@ def test_long_prompts_are_prefilled_in_chunks_of_chunked_prefill_size(traced):
     assert 5000 < reply.usage["prompt_tokens"] <= 6144
     assert steps() - before == 3  # 2048 + 2048 + the rest
 
+
+
+def test_stream_interval_merges_verify_steps_into_one_chunk():
+    with start_simulator(["--time-scale", "0.02", "--stream-interval", "4"]) as sim:
+        merged = chat(sim.url, max_tokens=512)
+        info = request(sim.url, "GET", "/server_info").body
+    with start_simulator(["--time-scale", "0.02"]) as sim:
+        plain = chat(sim.url, max_tokens=512)
+    assert merged.text == plain.text and info["stream_interval"] == 4
+    assert 3 < (len(plain.token_chunks) - 1) / (len(merged.token_chunks) - 1) <= 4
+    assert 1 < info["internal_states"][0]["avg_spec_accept_length"] <= 8  # per step, unchanged
