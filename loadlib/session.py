@@ -23,7 +23,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
-from loadlib import options, servertruth
+from loadlib import options, servertruth, webui
 from loadlib.client import ChatSettings, discover_model
 from loadlib.http1 import Endpoint
 from loadlib.manifest import build_manifest, write_manifest
@@ -212,6 +212,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     session = RunSession(environment)
     environment.uni_session = session
     session.start_target()
+    webui.install(environment)
     environment.uni_mailbox = Mailbox(lambda record: session.on_record(record.to_dict()),
                                       _settings(opts, "", _api_key(opts)))
     if isinstance(runner, MasterRunner):

@@ -1,0 +1,394 @@
+"""The protocol's figures live in Locust's web UI: a tab, a chart page, the records, the report.
+
+Locust's web UI is extended only the ways it supports: a tab (`extended_tabs`/`extended_tables`)
+whose rows ride on the UI's own `/stats/requests` poll (`extended_stats`), links in its Download
+Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab can only show a
+table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
+
+Every figure comes from the post-processor's own functions (`ProtocolTables`,
+`metrics.ttft_percentiles`, `metrics.failures_table`, `metrics.timeline`) applied to the records
+that the run's session holds; on a master those are every worker's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import logging
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Callable
+
+import pandas as pd
+from flask import Blueprint, Response, jsonify, request
+from locust import argument_parser
+from locust.env import Environment
+from werkzeug.datastructures import ImmutableMultiDict
+
+from analysis import text
+from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, render_protocol_summary
+from loadlib import metrics
+from loadlib.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+TAB_KEY = "uni-bench"
+COLUMNS = [  # (row key, column title) of the tab's table and the page's
+    ("cell", "Cell"), ("status", "Status"), ("ttft_p50", "TTFT p50 s"), ("ttft_p90", "TTFT p90 s"),
+    ("decode", "Decode t/s (per stream)"), ("tok_per_chunk", "Tok/chunk"), ("aggregate", "Aggregate t/s"),
+    ("overlap", "Overlap"), ("cached", "Cached share"), ("done", "Done"), ("failures", "Failures"),
+]
+PAGE = "live.html"
+
+
+def install(environment: Environment) -> None:
+    """Adds the tab, the page, the downloads and the checked start form (no-op without a web UI)."""
+    web_ui = environment.web_ui
+    if web_ui is None:
+        return
+    figures = LiveFigures(environment)
+    base = getattr(environment.parsed_options, "web_base_path", None) or ""
+    web_ui.template_args["extended_tabs"] = [{"title": "uni-bench", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": TAB_KEY, "structure": [{"key": key, "title": title} for key, title in COLUMNS]}]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "./uni/", "title": "uni-bench live page: charts, figures and report"},
+        {"href": "./uni/records.csv", "title": "uni-bench records so far (CSV, one row per request)"},
+        {"href": "./uni/report", "title": "uni-bench report (text, as printed at the end of the run)"},
+    ]
+
+    @web_ui.app.after_request
+    def add_tab_rows(response: Response) -> Response:
+        if request.path != f"{base}/stats/requests" or not response.is_json:
+            return response
+        try:
+            rows = figures.tab_rows(f"{request.host_url.rstrip('/')}{base}/uni/")
+        except Exception:  # Locust's whole UI polls this route: our tab must never break it
+            log.exception("uni-bench tab: cannot compute the live figures")
+            return response
+        payload = response.get_json()
+        payload["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
+        response.set_data(jsonify(payload).get_data())
+        return response
+
+    routes = Blueprint("uni", __name__, url_prefix=f"{base}/uni")
+    guard = web_ui.auth_required_if_enabled
+    routes.add_url_rule("/", "page", guard(_page))
+    routes.add_url_rule("/figures.json", "figures", guard(lambda: jsonify(figures.view())))
+    routes.add_url_rule("/records.csv", "records", guard(lambda: _csv_response(figures.records())))
+    routes.add_url_rule("/report", "report", guard(lambda: Response(figures.report(), mimetype="text/plain")))
+    web_ui.app.register_blueprint(routes)
+    app_views = web_ui.app.view_functions
+    app_views["locust.swarm"] = _checked_start_form(environment, app_views["locust.swarm"])
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Slot:
+    """One row of the tab: a single-stream scenario or a concurrency cell."""
+
+    cell: str
+    case: str
+    concurrency: int
+    scenario: str | None  # single stream only
+    rounds: int | None  # planned rounds; None for rows found only in the records
+
+    @property
+    def label(self) -> str:
+        if self.case == metrics.SINGLE_CASE:
+            return f"1 stream · {SCENARIO_LABELS.get(self.scenario or '', self.scenario)}"
+        if self.case in CASE_LABELS:
+            return f"{self.concurrency} streams · {CASE_LABELS[self.case]}"
+        return self.cell
+
+
+class LiveFigures:
+    """The run's figures so far, for the tab and the page."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self._key: tuple[int, int, int] | None = None
+        self._cached: tuple[list[Slot], list[dict[str, str]], dict[str, Any]] = ([], [], {})
+
+    @property
+    def session(self) -> Any:
+        return self.environment.uni_session
+
+    def records(self) -> list[dict[str, Any]]:
+        return self.session.records
+
+    def report(self) -> str:
+        """The end-of-run summary once saved, else the same tables from the records so far."""
+        session = self.session
+        if session.run_dir is None:
+            return "No run yet: start one from the web UI's form.\n"
+        saved = session.run_dir / "summary.txt"
+        if saved.exists():
+            return saved.read_text(encoding="utf-8")
+        return (f"Run in progress ({len(session.records)} requests so far); run files: {session.run_dir}\n\n"
+                + render_protocol_summary(session.records, session.manifest) + "\n")
+
+    def view(self) -> dict[str, Any]:
+        """Phase, settings, table rows and chart series, as JSON-ready values."""
+        session, state = self.session, self.environment.runner.state
+        conductor = session.conductor
+        phase = dict(conductor.phase) if conductor is not None else {}
+        plan = list(getattr(conductor, "plan", []))
+        slots, figures, series = self._figures(conductor, plan)
+        current = _current_index(plan, phase)
+        rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
+                for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
+        return {"phase": _phase_text(session, slots, phase, current, state), "state": state,
+                "settings": _settings_text(self.environment), "columns": COLUMNS, "rows": rows,
+                "series": series, "run_dir": str(session.run_dir or ""), "requests": len(session.records)}
+
+    def tab_rows(self, page_url: str) -> list[dict[str, str]]:
+        """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
+        view = self.view()
+        blank = {key: "" for key, _title in COLUMNS[2:]}
+        return [{"cell": view["phase"], "status": view["state"], **blank},
+                {"cell": view["settings"], "status": "", **blank},
+                *view["rows"],
+                {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank}]
+
+    def _figures(self, conductor: Any, plan: list[Any]) -> tuple[list[Slot], list[dict[str, str]], dict[str, Any]]:
+        """Rows and their figures, and the chart series: recomputed only when records arrive."""
+        records = self.session.records
+        key = (id(records), len(records), id(conductor))
+        if key != self._key:
+            frame = metrics.records_frame(records)
+            slots = _slots(plan, frame)
+            figures = _slot_figures(frame)
+            self._cached = (slots, [figures(slot) for slot in slots], _series(frame))
+            self._key = key
+        return self._cached
+
+
+def _slots(plan: list[Any], frame: pd.DataFrame) -> list[Slot]:
+    """The plan's rows in plan order, then any cell or scenario seen only in the records."""
+    slots = [Slot(cell.name, cell.case, cell.concurrency,
+                  cell.prompts[0] if cell.case == metrics.SINGLE_CASE else None, cell.rounds) for cell in plan]
+    known = {(slot.cell, slot.scenario) for slot in slots}
+    seen = frame.drop_duplicates(["cell", "scenario"] if not frame.empty else [])
+    for row in seen.itertuples():
+        scenario = row.scenario if row.case == metrics.SINGLE_CASE else None
+        if (row.cell, scenario) not in known:
+            known.add((row.cell, scenario))
+            slots.append(Slot(row.cell, row.case, int(row.concurrency), scenario, None))
+    return slots
+
+
+def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
+    """A function from a row to its formatted figures, with the tables computed once.
+
+    Single stream and the concurrency cells get the protocol's tables; a free-running cell (a
+    load mode's) gets the post-processor's steady-state figures.
+    """
+    tables = ProtocolTables.from_frame(frame)
+    single_frame = frame[frame["case"] == metrics.SINGLE_CASE]
+    ttft_by_scenario = metrics.ttft_percentiles(single_frame, by="scenario")
+    concurrent = tables.concurrent.set_index(["concurrency", "case"])
+    steady = metrics.steady_state_table(frame).set_index("cell")
+    steady_pct = metrics.steady_percentiles(frame)
+    steady_ttft = steady_pct[steady_pct["figure"] == "ttft_s"].set_index("cell")
+
+    def figures(slot: Slot) -> dict[str, str]:
+        if slot.case == metrics.SINGLE_CASE:
+            own = single_frame[single_frame["scenario"] == slot.scenario]
+            single = _row(tables.single, slot.scenario)
+            return _formatted(_row(ttft_by_scenario, slot.scenario), metrics.failures_table(own),
+                              _rounds_done(_get(single, "n"), own, slot.rounds),
+                              decode=_get(single, "decode_tps"), tok_per_chunk=_get(single, "tok_per_chunk"))
+        own = frame[frame["cell"] == slot.cell]
+        failures = tables.failures[tables.failures["cell"] == slot.cell]
+        if slot.case in metrics.CONCURRENT_CASES:
+            cell = _row(concurrent, (slot.concurrency, slot.case))
+            return _formatted(_row(tables.ttft, slot.cell), failures, _rounds_done(_get(cell, "n"), own, slot.rounds),
+                              decode=_get(cell, "stream_decode_tps"), aggregate=_get(cell, "aggregate_tps"),
+                              overlap=_get(cell, "overlap"), cached=_get(cell, "cached_share"))
+        done = f"{len(own)} requests" if len(own) else text.MISSING
+        return _formatted(_row(steady_ttft, slot.cell), failures, done,
+                          aggregate=_get(_row(steady, slot.cell), "decode_tps"))
+    return figures
+
+
+def _rounds_done(complete: Any, own: pd.DataFrame, planned: int | None) -> str:
+    """"2 of 3 rounds": rounds that count (every stream succeeded) of those planned."""
+    if own.empty:
+        return text.MISSING
+    return f"{int(complete or 0)} of {planned or own['round'].nunique()} rounds"
+
+
+def _formatted(ttft: pd.Series | None, failures: pd.DataFrame, done: str, decode: Any = None,
+               tok_per_chunk: Any = None, aggregate: Any = None, overlap: Any = None,
+               cached: Any = None) -> dict[str, str]:
+    return {
+        "ttft_p50": text.num(_get(ttft, "p50"), 3),
+        "ttft_p90": text.num(_get(ttft, "p90"), 3),
+        "decode": text.num(decode),
+        "tok_per_chunk": text.num(tok_per_chunk, 2),
+        "aggregate": text.num(aggregate),
+        "overlap": text.ratio(overlap),
+        "cached": text.MISSING if text.num(cached) == text.MISSING else f"{cached:.0%}",
+        "done": done,
+        "failures": "; ".join(f"{row.error} ×{int(row.count)}" for row in failures.itertuples())
+                    or ("0" if done != text.MISSING else text.MISSING),
+    }
+
+
+def _row(table: pd.DataFrame, key: Any) -> pd.Series | None:
+    return table.loc[key] if key in table.index else None
+
+
+def _get(row: pd.Series | None, column: str) -> Any:
+    return None if row is None else row[column]
+
+
+def _series(frame: pd.DataFrame) -> dict[str, Any]:
+    """Chart data, seconds from the run's first request: tokens/s and streams, TTFT per request,
+    and the span of each cell so the charts can label which part of the plan ran when."""
+    if frame.empty:
+        return {"t_s": [], "decode_tps": [], "active_streams": [], "ttft": [], "spans": []}
+    timeline = metrics.timeline(frame)
+    origin = float(frame["sent_at"].min())
+    ok = frame[frame["ok"]]
+    label = frame["cell"].where(frame["case"] != metrics.SINGLE_CASE, "single: " + frame["scenario"].astype(str))
+    spans = (frame.assign(label=label, start=frame["sent_at"] - origin, end=frame["end_at"].fillna(frame["sent_at"]) - origin)
+             .groupby("label", sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index())
+    return {
+        "t_s": _rounded(timeline["t_s"]),
+        "decode_tps": _rounded(timeline["decode_tps"]),
+        "active_streams": _rounded(timeline["active_streams"]),
+        "ttft": [[round(t, 3), round(v, 4), cell] for t, v, cell in
+                 zip(ok["sent_at"] - origin, ok["ttft_s"], label[ok.index])],
+        "spans": [[row.label, round(row.start, 3), round(row.end, 3)] for row in spans.itertuples()],
+    }
+
+
+def _rounded(values: pd.Series) -> list[float]:
+    return [round(float(v), 3) for v in values.fillna(0.0)]
+
+
+def _current_index(plan: list[Any], phase: dict[str, Any]) -> int | None:
+    """Which cell of the plan the conductor is playing (single-stream cells differ by scenario)."""
+    for index, cell in enumerate(plan):
+        if cell.name == phase.get("cell") and (cell.case != metrics.SINGLE_CASE
+                                               or cell.prompts[0] == phase.get("scenario")):
+            return index
+    return None
+
+
+def _status(index: int, current: int | None, phase: dict[str, Any], runner_state: str) -> str:
+    running = runner_state in ("spawning", "running")
+    if phase.get("state") == "finished" or (current is not None and index < current):
+        return "done"
+    if current is None or index > current:
+        return "waiting" if running else ("not run" if current is not None else "")
+    return f"▶ {_progress(phase, short=True)}" if running else f"stopped in {_progress(phase, short=True)}"
+
+
+def _progress(phase: dict[str, Any], short: bool = False) -> str:
+    """How far the current cell is: its round, or its time for a free-running cell."""
+    if "round" in phase:
+        return f"round {phase['round'] + 1}{'/' if short else ' of '}{phase['rounds']}"
+    elapsed = f"{time.time() - phase.get('started_at', time.time()):.0f} s"
+    return f"{elapsed} of {phase['duration_s']:.0f} s" if phase.get("duration_s") else elapsed
+
+
+def _phase_text(session: Any, slots: list[Slot], phase: dict[str, Any], current: int | None,
+                runner_state: str) -> str:
+    """What the run is doing now, in words."""
+    if session.conductor is None:
+        return "No run yet: start one with the form (New test)"
+    plan_size = len(getattr(session.conductor, "plan", []))
+    if phase.get("state") == "finished":
+        return f"Finished: all {plan_size} cells done, {len(session.records)} requests"
+    if current is None:
+        return "Starting: waiting for users" if runner_state in ("spawning", "running") else "Stopped"
+    stopped = "" if runner_state in ("spawning", "running") else "stopped at "
+    return f"Now: {stopped}cell {current + 1} of {plan_size}: {slots[current].label}, {_progress(phase)}"
+
+
+def _settings_text(environment: Environment) -> str:
+    """What is being measured: the run's manifest once it started, else the options as they stand."""
+    manifest = environment.uni_session.manifest or {}
+    protocol, opts = manifest.get("protocol", {}), environment.parsed_options
+    model = manifest.get("model") or opts.model or "first model of /v1/models"
+    target = manifest.get("target", {})
+    parts = [f"Model {model}",
+             f"max tokens {protocol.get('max_tokens', opts.max_tokens)}",
+             f"{protocol.get('rounds', opts.rounds)} rounds",
+             "thinking " + ("ON" if protocol.get("thinking", opts.thinking) else "off")]
+    if opts.profile:
+        parts.append(f"profile {opts.profile}")
+    url = target.get("url") or environment.host
+    parts.append(f"target {url}" + (" (built-in simulator)" if target.get("builtin_simulator") else ""))
+    return " · ".join(parts)
+
+
+# --- routes ----------------------------------------------------------------------------------------
+
+def _page() -> Response:
+    html = resources.files("loadlib").joinpath("data", "webui", PAGE).read_text(encoding="utf-8")
+    return Response(html, mimetype="text/html")
+
+
+def _csv_response(records: list[dict[str, Any]]) -> Response:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[field.name for field in dataclasses.fields(RequestRecord)],
+                            extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+    return Response(out.getvalue(), mimetype="text/csv",
+                    headers={"Content-Disposition": "attachment; filename=uni-bench-records.csv"})
+
+
+def _checked_start_form(environment: Environment, locust_view: Callable[[], Any]) -> Callable[[], Any]:
+    """Locust's start handler with this tool's options parsed by their own argparse types.
+
+    Locust casts custom form values by the type of the current value, which skips our checks
+    (`--rounds 0`) and splits lists without stripping; here each of our values goes through the
+    same type function as on the command line, a bad one is refused with the command line's
+    one-line message, and Locust's handler sees only its own fields.
+    """
+    types = _web_ui_option_types()
+
+    def swarm() -> Any:
+        ours, error = {}, None
+        for name, parse in types.items():
+            if name in request.form:
+                try:
+                    ours[name] = parse(request.form[name])
+                except (argparse.ArgumentTypeError, ValueError) as exc:
+                    error = f"--{name.replace('_', '-')}: {exc}"
+                    break
+        if error:
+            return jsonify({"success": False, "message": error, "host": environment.host})
+        request.form = ImmutableMultiDict([(k, v) for k, v in request.form.items(multi=True) if k not in ours])
+        vars(environment.parsed_options).update(ours)
+        return locust_view()
+    return swarm
+
+
+def _web_ui_option_types() -> dict[str, Callable[[str], Any]]:
+    """dest -> parser for the options that the locustfile added to the web UI's form."""
+    parser = argument_parser.get_parser()
+    locust_own = argument_parser.default_args_dict()
+    return {action.dest: _form_value_parser(action) for action in parser._actions  # no public list
+            if action.dest in parser.args_included_in_web_ui and action.dest not in locust_own}
+
+
+def _form_value_parser(action: argparse.Action) -> Callable[[str], Any]:
+    """The command line's parsing of one option, for its form field.
+
+    A flag is a checkbox, sent as "true"/"false"; an empty field of an option that is unset by
+    default (an empty default) stays unset, as when the option is left off the command line.
+    """
+    if action.type is None and isinstance(action.default, bool):
+        return lambda value: value == "true"
+    parse = action.type or str
+    return lambda value: action.default if value == "" and action.default in ("", None) else parse(value)

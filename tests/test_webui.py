@@ -1,0 +1,167 @@
+"""The web UI shows the protocol's figures live: real Locust (master + 2 workers) with its web UI,
+the simulator over loopback HTTP, and Debian's Chromium driven by Playwright through the form."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from analysis import text
+from loadlib import metrics
+from loadlib.records import read_records
+from tests.conftest import LOCUSTFILE, REPO
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+CHROMIUM = shutil.which("chromium") or ""
+if not CHROMIUM:
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = REPO / "test-artifacts"
+# slow enough (about 10 s for the plan below) that the tab is seen during the run, not only after
+SIM_ARGS = "--time-scale 0.4"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def web_locust(tmp_path):
+    """`locust -f locustfiles/dflash.py --processes 2` with its web UI on 127.0.0.1; yields (url, run dir)."""
+    port = free_port()
+    run_dir = tmp_path / "r"
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--processes", "2",
+               "--web-host", "127.0.0.1", "--web-port", str(port), "--run-dir", str(run_dir),
+               "--sim-args", SIM_ARGS, "--loglevel", "WARNING"]
+    log = open(tmp_path / "locust.log", "wb")
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_up(url, proc, tmp_path / "locust.log")
+        yield url, run_dir
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group holds the master, its workers and the simulator
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"locust exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "worker-count", timeout=1) as reply:
+                if json.load(reply).get("worker_count") == 2:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"the web UI at {url} did not come up with 2 workers:\n{log.read_text()[-3000:]}")
+
+
+def tab_rows(page) -> dict[str, list[str]]:
+    """The uni-bench tab's table as {first cell: all cells}."""
+    rows = page.locator("table tbody tr").evaluate_all(
+        "rows => rows.map(r => Array.from(r.cells, c => c.innerText.trim()))")
+    return {row[0]: row for row in rows}
+
+
+def expected_rows(run_dir: Path) -> dict[str, dict[str, str]]:
+    """The figures the tab must show, computed here from records.jsonl with the metric functions."""
+    df = metrics.records_frame(read_records(run_dir))
+    single = metrics.single_stream_table(df)
+    ttft_single = metrics.ttft_percentiles(df[df["case"] == "single"], by="scenario")
+    ttft_cells = metrics.ttft_percentiles(df)
+    rows = {}
+    for scenario, label in (("code", "code generation"), ("en_tech", "English technical")):
+        rows[f"1 stream · {label}"] = {
+            "decode": text.num(single.loc[scenario, "decode_tps"]),
+            "tok_per_chunk": text.num(single.loc[scenario, "tok_per_chunk"], 2),
+            "ttft_p50": text.num(ttft_single.loc[scenario, "p50"], 3)}
+    for row in metrics.concurrency_table(df, single).itertuples():
+        label = {"same": "same prompt (radix hit)", "different": "different prompts"}[row.case]
+        rows[f"{row.concurrency} streams · {label}"] = {
+            "aggregate": text.num(row.aggregate_tps), "overlap": text.ratio(row.overlap),
+            "ttft_p50": text.num(ttft_cells.loc[f"c{row.concurrency}-{row.case}", "p50"], 3)}
+    return rows
+
+
+COLUMN = {"status": 1, "ttft_p50": 2, "decode": 4, "tok_per_chunk": 5, "aggregate": 6, "overlap": 7,
+          "cached": 8, "done": 9, "failures": 10}
+
+
+def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(web_locust):
+    url, run_dir = web_locust
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(20_000)
+            page.goto(url)
+            page.fill("input[name=userCount]", "2")
+            page.get_by_text("Custom parameters").click()
+            page.fill("input[name=rounds]", "0")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_text("--rounds: must be at least 1, got 0").wait_for()  # the command line's check
+
+            page.fill("input[name=rounds]", "2")
+            page.fill("input[name=maxTokens]", "128")
+            page.fill("input[name=scenarios]", "code, en_tech")
+            page.fill("input[name=concurrency]", "2")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_role("tab", name="uni-bench").click()
+            page.get_by_text("▶ round").first.wait_for()  # the phase, while the run goes on
+            page.screenshot(path=ARTIFACTS / "webui-tab-running.png", full_page=True)
+            assert page.get_by_text("Now: cell").count() == 1
+            page.get_by_text("Finished: all 4 cells done").wait_for(timeout=40_000)
+            page.wait_for_timeout(2500)  # one more poll of the UI, after the last record
+            shown = tab_rows(page)
+            page.screenshot(path=ARTIFACTS / "webui-tab.png", full_page=True)
+
+            records = list(read_records(run_dir))
+            assert len(records) == 2 * 2 + 2 * 2 * 2
+            assert {r["max_tokens"] for r in records} == {128}  # the form's values reached the run
+            assert {r["scenario"] for r in records if r["cell"] == "single"} == {"code", "en_tech"}
+            assert {r["worker"] for r in records} == {0, 1}  # both workers' records on the master's UI
+            for name, figures in expected_rows(run_dir).items():
+                assert name in shown, (name, list(shown))
+                row = shown[name]
+                assert row[COLUMN["status"]] == "done" and row[COLUMN["done"]] == "2 of 2 rounds"
+                assert row[COLUMN["failures"]] == "0"
+                for key, value in figures.items():
+                    assert row[COLUMN[key]] == value, (name, key)
+                    assert float(value.rstrip("x").replace(",", "")) > 0, (name, key)
+
+            csv_rows = list(csv.DictReader(io.StringIO(page.request.get(url + "uni/records.csv").text())))
+            assert sorted(r["request_id"] for r in csv_rows) == sorted(r["request_id"] for r in records)
+
+            page.goto(url + "uni/")
+            page.get_by_text("Finished: all 4 cells done").wait_for()
+            page.locator("#report", has_text="Single stream").wait_for()
+            assert page.locator("#chart-tps polyline").count() == 1
+            assert page.locator("#chart-ttft circle").count() == len(records)
+            page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
+        finally:
+            browser.close()
