@@ -99,7 +99,7 @@ def router_split_section(splits: list[serverfigures.RouterSplit], records: pd.Da
         for split in splits for worker, n in split.requests.items()],
         columns=["source", "cell", "scenario", "worker", "requests"])
     return Section(
-        "router_split", "Router: requests sent to each worker per cell (sglang-router's processed-requests counter)",
+        "router_split", "Router: requests sent to each worker per cell (counted by sglang-router)",
         data, pd.DataFrame({
             "cell": [_label(cell, scen) for cell, scen in zip(data["cell"], data["scenario"])],
             "worker": data["worker"].astype(str),

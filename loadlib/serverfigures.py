@@ -60,7 +60,9 @@ LLAMACPP = Dialect(  # no speculative, prefix-cache or TTFT metrics in llama-ser
     "llama.cpp", "llamacpp:", running="llamacpp:requests_processing",
     queued="llamacpp:requests_deferred", generated="llamacpp:tokens_predicted_total")
 DIALECTS = (SGLANG, VLLM, LLAMACPP)
-ROUTER_SPLIT = "sgl_router_processed_requests_total"  # sglang-router: requests sent, by worker
+# Requests a router sent to each worker (label `worker`): sglang-router up to 0.2, then its
+# Model Gateway names (0.3 on), whose circuit breaker counts every request's outcome per worker.
+ROUTER_SPLIT = ("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")
 
 
 @dataclass(frozen=True)
@@ -127,10 +129,12 @@ def router_split(entries: Iterable[dict[str, Any]]) -> list[RouterSplit]:
             start, end = _ends(cell_entries)
             if start is None or end is None:
                 continue
-            workers = sorted({s[1].get("worker", "") for s in end["samples"] if s[0] == ROUTER_SPLIT})
-            if workers:
-                split = {w: _delta(start, end, ROUTER_SPLIT, {"worker": w}) or 0.0 for w in workers}
-                out.append(RouterSplit(source, _span(start, end), split))
+            for name in ROUTER_SPLIT:
+                workers = sorted({s[1]["worker"] for s in end["samples"] if s[0] == name and "worker" in s[1]})
+                if workers:
+                    split = {w: _delta(start, end, name, {"worker": w}) or 0.0 for w in workers}
+                    out.append(RouterSplit(source, _span(start, end), split))
+                    break
     return out
 
 
@@ -262,11 +266,15 @@ def _gauge_mean(entry: dict[str, Any], name: str, floor: float = 0.0) -> float |
 
 
 def _delta(start: dict, end: dict, name: str | None, labels: dict[str, str] | None = None) -> float | None:
-    """A counter's change over the cell; None if missing or reset (the server restarted)."""
+    """A counter's change over the cell; None if missing or reset (the server restarted).
+
+    A series that appears during the cell counted from zero (Prometheus counters do).
+    """
     before, after = _value(start, name, labels), _value(end, name, labels)
-    if before is None or after is None or after < before:
+    if after is None:
         return None
-    return after - before
+    before = before or 0.0
+    return after - before if after >= before else None
 
 
 def _histogram_mean(name: str | None, start: dict, end: dict) -> float | None:

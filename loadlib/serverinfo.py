@@ -46,9 +46,9 @@ def probe_server(base_url: str, api_key: str | None = None, verify_tls: bool = T
                  timeout_s: float = 5.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """Asks the target what it is: (summary for the manifest, redacted response bodies by path).
 
-    The summary holds `kind` (sglang, vllm, llama.cpp or unknown), `version`, `launch` (the
-    flags in `LAUNCH_FLAGS` that the server reports) and `endpoints` (path -> "ok" or why it
-    is missing). Once the host cannot be reached, the remaining paths are not tried.
+    The summary holds `kind` (sglang, sglang-router, vllm, llama.cpp or unknown), `version`,
+    `launch` (the flags in `LAUNCH_FLAGS` that the server reports) and `endpoints` (path -> "ok"
+    or why it is missing). Once the host cannot be reached, the remaining paths are not tried.
     """
     connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls,
                             connect_timeout=min(timeout_s, 3.0))
@@ -105,8 +105,10 @@ def redact(value: Any, api_key: str | None = None) -> Any:
 
 
 def server_kind(bodies: dict[str, Any]) -> str:
-    """sglang, vllm, llama.cpp or unknown, from what the server answered."""
+    """sglang, sglang-router, vllm, llama.cpp or unknown, from what the server answered."""
     info = _server_args(bodies)
+    if "router_manager" in info or "workers_count" in info:
+        return "sglang-router"
     if "tp_size" in info or "internal_states" in info:
         return "sglang"
     props = bodies.get("/props")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -20,6 +22,7 @@ from analysis.server_view import server_cell_table
 from loadlib import metrics, serverfigures
 from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parse_metrics, read_scrapes
 from loadlib.serverinfo import REDACTED, redact
+from loadlib.sim.process import start_simulator
 from tests.conftest import FAST_SIM, run_locust
 
 DATA = Path(__file__).parent / "data" / "metrics"
@@ -130,12 +133,15 @@ def test_metrics_urls_default_to_the_metrics_page():
     assert metrics_url("http://gpu-box:29000/custom/metrics") == "http://gpu-box:29000/custom/metrics"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_a_page_that_is_not_there_is_recorded_missing_not_raised(tmp_path, simulator):
     sim, _trace = simulator
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    dead_port = closed.getsockname()[1]
-    closed.close()
+    dead_port = free_port()
     scraper = Scraper(tmp_path, [MetricsSource("target", metrics_url(sim.url)),
                                  MetricsSource("worker 1", f"{sim.url}/no-metrics-here"),
                                  MetricsSource("worker 2", f"http://127.0.0.1:{dead_port}/metrics")])
@@ -239,3 +245,52 @@ def test_merged_chunks_are_flagged_as_divergence(tmp_path):
     rows = orjson.loads(report(tmp_path / "r", "--json"))["tables"]["server_divergence"]
     assert {r["cell"] for r in rows} == {"single", "c2-same", "c2-different"}
     assert all(r["divergence"] > 1.0 for r in rows)  # about 4 verify steps' tokens per chunk
+
+
+@pytest.fixture
+def routed():
+    """The real sglang-router (round_robin, metrics on their own port) before two simulators."""
+    pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install -e '.[router]')")
+    with start_simulator(["--instances", "2", "--time-scale", "0.05"]) as sim:
+        port, metrics_port = free_port(), free_port()
+        router = subprocess.Popen(
+            [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *sim.urls,
+             "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port),
+             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", "warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail("sglang-router did not become healthy")
+                    time.sleep(0.1)
+            yield url, f"http://127.0.0.1:{metrics_port}", sim.urls
+        finally:
+            router.terminate()
+            try:
+                router.wait(10)
+            except subprocess.TimeoutExpired:
+                router.kill()
+                router.wait()
+
+
+def test_router_and_worker_metrics_give_the_per_instance_split(tmp_path, routed):
+    router, router_metrics, workers = routed
+    result = run_locust([*BASE, "--host", router, "--run-dir", str(tmp_path / "r"),
+                         "--router-metrics", router_metrics, "--worker-metrics", *workers], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = orjson.loads((tmp_path / "r" / "manifest.json").read_bytes())
+    assert manifest["server"]["kind"] == "sglang-router"
+    assert manifest["server"]["metrics"]["missing"] == {"target": "HTTP 404"}  # the router's own port has none
+    tables = orjson.loads(report(tmp_path / "r", "--json"))["tables"]
+    per_worker = {(r["source"], r["cell"]): r["requests"] for r in tables["server_cells"]}
+    split = {(r["worker"], r["cell"]): r["requests"] for r in tables["router_split"]}
+    for cell, total in (("single", 2), ("c2-same", 4), ("c2-different", 4)):
+        # round robin: each instance serves half of every cell, and the router counted the same
+        assert per_worker[("worker 1", cell)] == per_worker[("worker 2", cell)] == total / 2
+        assert split[(workers[0], cell)] == split[(workers[1], cell)] == total / 2
