@@ -24,7 +24,8 @@ def server_sections(run: Run) -> list[Section]:
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split."""
     entries = list(read_scrapes(run.path))
     cells = server_cell_table(serverfigures.server_cells(entries), run.records)
-    return [server_cells_section(cells), divergence_section(cells),
+    launch = (run.manifest.get("server") or {}).get("launch") or {}
+    return [server_cells_section(cells), divergence_section(cells, launch.get("stream_interval")),
             router_split_section(serverfigures.router_split(entries), run.records)]
 
 
@@ -74,12 +75,13 @@ def server_cells_section(table: pd.DataFrame) -> Section:
         }), keys=("source", "cell", "scenario"), left=("source", "cell"), optional=True)
 
 
-def divergence_section(table: pd.DataFrame) -> Section:
+def divergence_section(table: pd.DataFrame, stream_interval: int | None = None) -> Section:
     flagged = table[table["diverges"].astype(bool)]
     limit = text.percent(serverfigures.DIVERGENCE_LIMIT)
+    reported = f"; the server reports stream_interval {stream_interval}" if (stream_interval or 1) > 1 else ""
     return Section(
         "server_divergence", f"DIVERGENCE: the client's tok/chunk is more than {limit} away from the "
-        f"server's accept length: {DIVERGENCE_NOTE}",
+        f"server's accept length: {DIVERGENCE_NOTE}{reported}",
         flagged[["source", "cell", "scenario", "accept_length", "accept_basis", "client_tok_per_chunk",
                  "divergence"]],
         pd.DataFrame({

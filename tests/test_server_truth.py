@@ -241,7 +241,7 @@ def test_merged_chunks_are_flagged_as_divergence(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "chunks are merged on the way" in result.stderr  # warned live, at the end of each cell
     text = report(tmp_path / "r")
-    assert "DIVERGENCE" in text
+    assert "DIVERGENCE" in text and "the server reports stream_interval 4" in text
     rows = orjson.loads(report(tmp_path / "r", "--json"))["tables"]["server_divergence"]
     assert {r["cell"] for r in rows} == {"single", "c2-same", "c2-different"}
     assert all(r["divergence"] > 1.0 for r in rows)  # about 4 verify steps' tokens per chunk
