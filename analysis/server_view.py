@@ -22,7 +22,7 @@ DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval abo
 
 def server_sections(run: Run) -> list[Section]:
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split."""
-    entries = list(read_scrapes(run.path))
+    entries = list(read_scrapes(run.path, serverfigures.NAMES_READ))
     cells = server_cell_table(serverfigures.server_cells(entries), run.records)
     launch = (run.manifest.get("server") or {}).get("launch") or {}
     return [server_cells_section(cells), divergence_section(cells, launch.get("stream_interval")),

@@ -65,6 +65,20 @@ DIALECTS = (SGLANG, VLLM, LLAMACPP)
 ROUTER_SPLIT = ("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")
 
 
+def _names_read() -> frozenset[str]:
+    names = set(ROUTER_SPLIT)
+    for d in DIALECTS:
+        names.update(n for n in (d.accept_gauge, d.cache_gauge, d.running, d.queued, d.requests, d.generated) if n)
+        names.update(d.accept_counters or ())
+        names.update(n for pair in d.cache_counters for n in pair)
+        if d.ttft:
+            names.update((f"{d.ttft}_sum", f"{d.ttft}_count"))
+    return frozenset(names)
+
+
+NAMES_READ = _names_read()  # the only samples the figures need: parse just these
+
+
 @dataclass(frozen=True)
 class CellSpan:
     """One cell as one source's scrapes frame it: the conductor's order, name and case, and the

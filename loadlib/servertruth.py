@@ -21,7 +21,7 @@ import orjson
 
 from loadlib import metrics, serverfigures
 from loadlib.manifest import write_manifest
-from loadlib.promscrape import METRICS_FILE, MetricsSource, Scraper, metrics_url
+from loadlib.promscrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
 from loadlib.serverinfo import SERVER_INFO_FILE, client_host, probe_server
 
 log = logging.getLogger("uni-bench")
@@ -146,7 +146,8 @@ class ServerWatch:
         if tag is None:
             return
         records = metrics.records_frame([r for r in self.session.records if r["cell"] == tag["cell"]])
-        for server in serverfigures.server_cells(self._cell_entries):
+        entries = [parsed(e, serverfigures.NAMES_READ) for e in self._cell_entries]
+        for server in serverfigures.server_cells(entries):
             own = serverfigures.cell_records(records, server.span)
             client = serverfigures.client_tok_per_chunk(own)
             relative = serverfigures.divergence(server.accept_length, client)

@@ -18,9 +18,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from analysis.formats.json import rows
+from analysis.report import run_report
+from analysis.rundir import load_run
 from analysis.server_view import server_cell_table
 from loadlib import metrics, serverfigures
-from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parse_metrics, read_scrapes
+from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
 from loadlib.serverinfo import REDACTED, redact
 from loadlib.sim.process import start_simulator
 from tests.conftest import FAST_SIM, run_locust
@@ -29,15 +32,13 @@ DATA = Path(__file__).parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
 
 
-def recorded_cell(server: str, source: str = "target") -> list[dict]:
-    """A cell's scrapes as the journal keeps them: start, one during the cell, end."""
-    entries = []
-    for offset, phase, name in ((0.0, "start", "start"), (5.0, "interval", "during"), (10.0, "end", "end")):
-        families, samples = parse_metrics((DATA / f"{server}_{name}.prom").read_text())
-        entries.append({"t": T0 + offset, "source": source, "url": "http://gpu-box/metrics", "phase": phase,
-                        "cell_index": 0, "cell": "c4-same", "case": "same", "error": None,
-                        "families": families, "samples": samples})
-    return entries
+def recorded_cell(server: str, source: str = "target", names=serverfigures.NAMES_READ) -> list[dict]:
+    """A cell's scrapes as the journal keeps them (start, one during the cell, end), parsed as
+    the report parses them."""
+    return [parsed({"t": T0 + offset, "source": source, "url": "http://gpu-box/metrics", "phase": phase,
+                    "cell_index": 0, "cell": "c4-same", "case": "same", "error": None,
+                    "text": (DATA / f"{server}_{name}.prom").read_text()}, names)
+            for offset, phase, name in ((0.0, "start", "start"), (5.0, "interval", "during"), (10.0, "end", "end"))]
 
 
 def client_records(chunks: int, n: int = 4) -> "metrics.pd.DataFrame":
@@ -74,6 +75,12 @@ def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
     assert cell.samples == 1
     for name, value in expected.items():
         assert getattr(cell, name) == (pytest.approx(value) if isinstance(value, float) else value), name
+
+
+@pytest.mark.parametrize("server", ["sglang", "vllm", "llamacpp"])
+def test_parsing_only_the_metrics_read_gives_the_same_figures(server):
+    assert serverfigures.server_cells(recorded_cell(server)) == serverfigures.server_cells(recorded_cell(server, names=None))
+    assert len(recorded_cell(server)[0]["samples"]) < len(recorded_cell(server, names=None)[0]["samples"])
 
 
 def test_a_counter_declared_without_samples_counts_from_zero():
@@ -160,9 +167,15 @@ BASE = ["--headless", "--rounds", "2", "--scenarios", "code", "--concurrency", "
         "--metrics-interval", "0.05", "--loglevel", "WARNING"]
 
 
-def report(run_dir: Path, *args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir), *args],
+def report(run_dir: Path) -> str:
+    """What `python -m analysis report RUN_DIR` prints."""
+    return subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir)],
                           capture_output=True, text=True, check=True).stdout
+
+
+def report_tables(run_dir: Path) -> dict[str, list[dict]]:
+    """The same report's tables as rows (what `--json` prints under "tables")."""
+    return {section.key: rows(section.data) for section in run_report(load_run(run_dir)).sections}
 
 
 @pytest.fixture(scope="module")
@@ -219,13 +232,13 @@ def test_report_shows_the_server_view_beside_the_client_view(sim_run):
     server_view = text.split("Server view per cell")[1].split("\n\n")[0]
     assert "single code" in server_view and "c2-same" in server_view and "c2-different" in server_view
     assert "DIVERGENCE" not in text
-    rows = orjson.loads(report(run_dir, "--json"))["tables"]["server_cells"]
-    for row in rows:
+    cells = report_tables(run_dir)["server_cells"]
+    for row in cells:
         # the simulator draws code's accept length around 6.4 tokens per verify step
         assert row["accept_basis"] == "gauge" and 5.5 < row["accept_length"] < 7.5
         assert abs(row["divergence"]) < serverfigures.DIVERGENCE_LIMIT
         assert row["requests"] == 2 * (1 if row["cell"] == "single" else 2)
-    same = next(r for r in rows if r["cell"] == "c2-same")
+    same = next(r for r in cells if r["cell"] == "c2-same")
     assert same["prefix_hit_rate"] > 0.9 and same["running_max"] == 2
 
 
@@ -242,9 +255,9 @@ def test_merged_chunks_are_flagged_as_divergence(tmp_path):
     assert "chunks are merged on the way" in result.stderr  # warned live, at the end of each cell
     text = report(tmp_path / "r")
     assert "DIVERGENCE" in text and "the server reports stream_interval 4" in text
-    rows = orjson.loads(report(tmp_path / "r", "--json"))["tables"]["server_divergence"]
-    assert {r["cell"] for r in rows} == {"single", "c2-same", "c2-different"}
-    assert all(r["divergence"] > 1.0 for r in rows)  # about 4 verify steps' tokens per chunk
+    flagged = report_tables(tmp_path / "r")["server_divergence"]
+    assert {r["cell"] for r in flagged} == {"single", "c2-same", "c2-different"}
+    assert all(r["divergence"] > 1.0 for r in flagged)  # about 4 verify steps' tokens per chunk
 
 
 @pytest.fixture
@@ -287,7 +300,7 @@ def test_router_and_worker_metrics_give_the_per_instance_split(tmp_path, routed)
     manifest = orjson.loads((tmp_path / "r" / "manifest.json").read_bytes())
     assert manifest["server"]["kind"] == "sglang-router"
     assert manifest["server"]["metrics"]["missing"] == {"target": "HTTP 404"}  # the router's own port has none
-    tables = orjson.loads(report(tmp_path / "r", "--json"))["tables"]
+    tables = report_tables(tmp_path / "r")
     per_worker = {(r["source"], r["cell"]): r["requests"] for r in tables["server_cells"]}
     split = {(r["worker"], r["cell"]): r["requests"] for r in tables["router_split"]}
     for cell, total in (("single", 2), ("c2-same", 4), ("c2-different", 4)):
