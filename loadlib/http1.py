@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import _socket
 import errno
+import logging
 import socket
 import ssl
 import struct
@@ -31,6 +32,8 @@ _TIMESPEC = struct.Struct("@qq")
 _RECV_SIZE = 262144
 _DONE = b"data: [DONE]"
 _MAX_HEADER_BYTES = 65536
+_log = logging.getLogger("uni-bench")
+_unverified: set[str] = set()  # endpoints already warned about (once per process)
 MAX_BODY_BYTES = 64 << 20  # far above any chat stream; bounds memory when --host is not an LLM server
 
 
@@ -98,6 +101,10 @@ class Connection:
             if not verify_tls:
                 self._tls.check_hostname = False
                 self._tls.verify_mode = ssl.CERT_NONE
+                if endpoint.authority not in _unverified:
+                    _unverified.add(endpoint.authority)
+                    _log.warning("--insecure: the TLS certificate of https://%s is not verified",
+                                 endpoint.authority)
         self._stream: _RawStream | _TlsStream | None = None
         self._host_header = f"Host: {endpoint.authority}\r\n".encode()
 

@@ -8,6 +8,7 @@ same client sends a normal request and gets a normal record: the run goes on.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -189,6 +190,20 @@ def not_utf8(c: Conn) -> None:
            *(chunk(e) for e in (*CONTENT[:2], raw, *CONTENT[2:], USAGE, DONE)), LAST_CHUNK)
 
 
+def endless_body(c: Conn) -> bool:  # --host pointed at something that is not an LLM server
+    c.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n")
+    block = b"\0" * (1 << 20)
+    for _ in range(128):
+        c.sock.sendall(block)
+    return False
+
+
+def not_http(c: Conn) -> bool:
+    c.send(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+    gevent.sleep(STALL_S)  # keeps the connection open: the client must drop it itself
+    return False
+
+
 def utf8_split_at_every_byte(c: Conn) -> None:
     """Chinese text whose multi-byte characters arrive split across reads: not a fault."""
     body = b"".join(chunk(e) for e in (*[event(content="你好，世界。" * 2)] * 8, USAGE, DONE)) + LAST_CHUNK
@@ -224,6 +239,8 @@ EXPECTED: dict[str, str | None] = {
     "headers_never_come": "timeout before headers",
     "line_over_1_mib": "SSE line over 1 MiB",
     "not_utf8": "invalid UTF-8 in stream",
+    "endless_body": "response body over 64 MiB",
+    "not_http": "not an HTTP response: 'SSH-2.0-OpenSSH_9.6'",
     "utf8_split_at_every_byte": None,
 }
 ACTIONS: dict[str, Callable[[Conn], bool | None]] = {name: globals()[name] for name in EXPECTED}
@@ -236,13 +253,15 @@ class FaultServer:
     Each new request id (X-Request-Id) gets the next fault of `schedule` (cycled); a request
     sent again with the same id (the client's one retry on a fresh connection) gets the same
     fault. `served` maps request id -> fault. Runs in its own thread, so it also serves a
-    Locust subprocess while the test waits.
+    Locust subprocess while the test waits. With `tls` (a server SSLContext) it speaks HTTPS.
     """
 
-    def __init__(self, schedule: list[str]) -> None:
+    def __init__(self, schedule: list[str], tls: ssl.SSLContext | None = None) -> None:
         self.schedule = schedule
+        self.tls = tls
         self.served: dict[str, str] = {}
         self.hits: list[str] = []  # request ids in arrival order, retries included
+        self.authorizations: list[str] = []  # Authorization header of each chat request
         self._next = 0
         self._ready = threading.Event()
         self._hub_stop: _ThreadsafeSetter | None = None
@@ -260,7 +279,7 @@ class FaultServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def _serve(self) -> None:
         server = StreamServer(("127.0.0.1", 0), self._handle)
@@ -275,6 +294,8 @@ class FaultServer:
     def _handle(self, sock: socket.socket, _addr: object) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
+            if self.tls is not None:  # here, so that a refused handshake is just a closed connection
+                sock = self.tls.wrap_socket(sock, server_side=True)
             while True:
                 request = _read_request(sock)
                 if request is None:
@@ -298,9 +319,12 @@ class FaultServer:
                 pass
 
     def _fault_for(self, head: bytes) -> str:
-        rid = next((line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"x-request-id:")), "")
+        fields = {name.strip().lower(): value.strip() for name, _, value in
+                  (line.decode("latin-1").partition(":") for line in head.split(b"\r\n")[1:])}
+        rid = fields.get("x-request-id", "")
         self.hits.append(rid)
+        if "authorization" in fields:
+            self.authorizations.append(fields["authorization"])
         if rid not in self.served:
             self.served[rid] = self.schedule[self._next % len(self.schedule)]
             self._next += 1
