@@ -168,7 +168,8 @@ def cell_figures(source: str, dialect: Dialect, entries: list[dict[str, Any]]) -
     start, end = _ends(entries)
     if start is None or end is None:
         return None
-    during = [e for e in entries if e["phase"] == "interval" and not e.get("error")]
+    during = [e for e in entries if e["phase"] == "interval" and not e.get("error")
+              and start["t"] <= e["t"] <= end["t"]]
     accept, accept_basis = _accept_length(dialect, start, end, during)
     hit, hit_basis = _prefix_hit_rate(dialect, start, end, during)
     running = [v for v in (_value(e, dialect.running) for e in during) if v is not None]

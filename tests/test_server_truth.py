@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pytest
 
 from analysis.formats.json import rows
@@ -41,7 +42,7 @@ def recorded_cell(server: str, source: str = "target", names=serverfigures.NAMES
             for offset, phase, name in ((0.0, "start", "start"), (5.0, "interval", "during"), (10.0, "end", "end"))]
 
 
-def client_records(chunks: int, n: int = 4) -> "metrics.pd.DataFrame":
+def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
     """The cell's records as the client kept them: n streams of 512 tokens in `chunks` chunks."""
     return metrics.records_frame([{
         "request_id": f"r{i}", "scenario": "code", "cell": "c4-same", "concurrency": n, "case": "same",
