@@ -44,10 +44,11 @@ def free_port() -> int:
 @pytest.fixture
 def web_locust(tmp_path):
     """`locust -f locustfiles/dflash.py --processes 2` with its web UI on 127.0.0.1; yields (url, run dir)."""
-    port = free_port()
+    port, master_port = free_port(), free_port()
     run_dir = tmp_path / "r"
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--processes", "2",
-               "--web-host", "127.0.0.1", "--web-port", str(port), "--run-dir", str(run_dir),
+               "--web-host", "127.0.0.1", "--web-port", str(port), "--master-bind-host", "127.0.0.1",
+               "--master-bind-port", str(master_port), "--master-port", str(master_port), "--run-dir", str(run_dir),
                "--sim-args", SIM_ARGS, "--loglevel", "WARNING"]
     log = open(tmp_path / "locust.log", "wb")
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
