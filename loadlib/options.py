@@ -14,6 +14,8 @@ from loadlib import servertruth
 
 DEFAULT_CONCURRENCY = "2,4,8"
 DEFAULT_SCENARIOS = "code,en_tech,cn_chat,cn_essay"
+DEFAULT_ROUNDS = 3
+DEFAULT_MAX_TOKENS = 512
 
 
 def positive_int(text: str) -> int:
@@ -53,14 +55,26 @@ def on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
 
 
+# `--profile FILE` is Locust's own option (a name that groups test runs); this tool reads it as
+# the profile file, so the name also shows in Locust's UI and reports.
+# Options a profile sets itself (TOML keys in its [request], [load] and [scenarios.protocol]),
+# with their defaults: beside --profile, any other value is refused.
+PROFILE_SETTINGS: dict[str, Any] = {
+    "rounds": DEFAULT_ROUNDS, "max_tokens": DEFAULT_MAX_TOKENS, "thinking": False,
+    "concurrency": int_list(DEFAULT_CONCURRENCY), "scenarios": name_list(DEFAULT_SCENARIOS),
+}
+
+
 def add_arguments(parser: Any) -> None:
     """Adds the tool's options to Locust's (configargparse) parser."""
     group = parser  # Locust's own add_argument (not a group's) knows include_in_web_ui
     group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
     group.add_argument("--api-key", default="", include_in_web_ui=False,
                        help="API key (default: $OPENAI_API_KEY); never written to any file")
-    group.add_argument("--rounds", type=positive_int, default=3, help="Rounds per cell (default 3)")
-    group.add_argument("--max-tokens", type=positive_int, default=512, help="max_tokens per request (default 512)")
+    group.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
+                       help=f"Rounds per cell (default {DEFAULT_ROUNDS})")
+    group.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                       help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
     group.add_argument("--thinking", type=on_off, default=False, metavar="on|off",
                        help="chat_template_kwargs.enable_thinking (default off)")
     group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",

@@ -5,6 +5,10 @@ The conductor runs where the run is coordinated (Locust's master, or the local r
 not send requests itself: it hands one `Assignment` per stream to Locust users (on this process
 or on workers) with a common `start_at` a little in the future, then waits for all N records.
 Scheduling by wall-clock time keeps the streams of a round together across processes.
+
+`Driver` is what the conductor shares with the free-running load modes (`loadlib.modes`):
+turning a scenario's jobs into assignments, priming and calibration before a cell, flushing
+the prefix cache before a cold round, and matching records back to what was sent.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -19,122 +24,184 @@ import gevent
 from gevent.event import Event
 from locust.event import EventHook
 
-from loadlib.client import ChatSettings, RequestTag, chat_body
-from loadlib.prompts import PROTOCOL_PROMPTS, SAME_PROMPT, different_prompts
+from loadlib.client import RequestTag
+from loadlib.scenarios import ANY, COLD, Cell, Job, ProtocolScenario, Scenario
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Assignment", "Cell", "Conductor", "Driver", "protocol_plan"]
 
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One measurement cell: `rounds` rounds of `len(prompts)` simultaneous streams."""
-
-    name: str  # "single", "c2-same", "c4-different", ...
-    case: str  # "single" | "same" | "different"
-    prompts: tuple[str, ...]  # prompt names, one per stream
-    rounds: int
-
-    @property
-    def concurrency(self) -> int:
-        return len(self.prompts)
+USERS_WAIT_S = 120.0  # how long a cell waits for its users to be spawned before going on
 
 
 @dataclass(slots=True)
 class Assignment:
-    """One stream of one round, as sent to the user that will run it."""
+    """One request, as sent to the user that will run it."""
 
     request_id: str
     start_at: float  # wall clock; every stream of a round shares it
     body: dict[str, Any]
     tag: RequestTag
+    cache_intended: str = ANY
+    measured: bool = True
+    turn: int | None = None
 
     def to_message(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "start_at": self.start_at, "body": self.body,
-                "tag": asdict(self.tag)}
+                "tag": asdict(self.tag), "cache_intended": self.cache_intended,
+                "measured": self.measured, "turn": self.turn}
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> "Assignment":
-        return cls(data["request_id"], data["start_at"], data["body"], RequestTag(**data["tag"]))
+        return cls(data["request_id"], data["start_at"], data["body"], RequestTag(**data["tag"]),
+                   data["cache_intended"], data["measured"], data["turn"])
 
 
-def protocol_plan(scenarios: list[str], concurrency: list[int], rounds: int) -> list[Cell]:
+def protocol_plan(scenarios: list[str], concurrency: list[int], rounds: int,
+                  params: dict[str, Any] | None = None) -> list[Cell]:
     """The thread's order: single stream per scenario, then per N the same and different cells."""
-    cells = [Cell("single", "single", (name,), rounds) for name in scenarios]
-    for n in concurrency:
-        cells.append(Cell(f"c{n}-same", "same", (SAME_PROMPT,) * n, rounds))
-        cells.append(Cell(f"c{n}-different", "different", tuple(different_prompts(n)), rounds))
-    return cells
+    return ProtocolScenario(scenarios, params).round_cells(concurrency, rounds)
 
 
-BodyBuilder = Callable[[str], dict[str, Any]]  # prompt name -> request body
+BodyBuilder = Callable[[Job], dict[str, Any]]  # a job -> its request body
 
 
-def prompt_body_builder(settings: ChatSettings) -> BodyBuilder:
-    """Builds request bodies for the protocol's named prompts."""
-    def build(prompt_name: str) -> dict[str, Any]:
-        return chat_body(settings, [{"role": "user", "content": PROTOCOL_PROMPTS[prompt_name]}])
-    return build
+class Driver:
+    """Plays a load mode from the coordinating process; subclasses implement `play`.
 
+    `on_record` is fed every finished request's record; `users_wanted` is what the load shape
+    should spawn; `finished` is set when the mode is done.
+    """
 
-class Conductor:
-    """Runs the plan round by round; `on_record` is fed every finished request's record."""
-
-    def __init__(self, plan: list[Cell], build_body: BodyBuilder,
-                 dispatch: Callable[[list[Assignment]], None], capacity: Callable[[], int],
-                 lead_time_s: float = 0.05, round_timeout_s: float = 960.0,
+    def __init__(self, build_body: BodyBuilder, dispatch: Callable[[list[Assignment]], None],
+                 capacity: Callable[[], int], users: int, flush: Callable[[], str] | None = None,
+                 lead_time_s: float = 0.05, request_timeout_s: float = 900.0,
                  cell_events: EventHook | None = None) -> None:
-        self.plan = plan
         self.build_body = build_body
         self.dispatch = dispatch
         self.capacity = capacity
+        self.users_wanted = users
+        self.flush = flush
         self.lead_time_s = lead_time_s
-        self.round_timeout_s = round_timeout_s
+        self.request_timeout_s = request_timeout_s
         self.cell_events = cell_events or EventHook()  # fired with cell=, phase="start"|"end"
         self.finished = Event()
         self.phase: dict[str, Any] = {}
-        self._pending: set[str] = set()
-        self._round_done = Event()
+        self.flushes: Counter[str] = Counter()  # outcome -> count, for the manifest
+        self._callbacks: dict[str, Callable[[dict[str, Any]], None]] = {}
 
     def run(self) -> None:
-        """Plays every round of the plan in order; sets `finished` at the end."""
+        """Plays the mode; sets `finished` at the end, however it ends."""
         try:
-            for cell in self.plan:
-                self._wait_for_users(cell.concurrency)
-                self.cell_events.fire(cell=cell, phase="start")
-                for index in range(cell.rounds):
-                    self._play_round(cell, index)
-                self.cell_events.fire(cell=cell, phase="end")
+            self.play()
         finally:
             self.phase = {"state": "finished"}
             self.finished.set()
 
-    def on_record(self, request_id: str) -> None:
-        self._pending.discard(request_id)
-        if not self._pending:
-            self._round_done.set()
+    def play(self) -> None:
+        raise NotImplementedError
 
-    def _wait_for_users(self, n: int) -> None:
+    def on_record(self, record: dict[str, Any]) -> None:
+        callback = self._callbacks.pop(record["request_id"], None)
+        if callback is not None:
+            callback(record)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._callbacks)
+
+    # --- for subclasses -----------------------------------------------------------------------
+
+    def assign(self, job: Job, cell: Cell, start_at: float, slot: int, round_index: int = 0,
+               measured: bool = True, then: Callable[[dict[str, Any]], None] | None = None) -> Assignment:
+        """An assignment for `job` in `cell`; `then(record)` runs when its record comes back."""
+        tag = RequestTag(scenario=job.scenario, cell=cell.name, concurrency=cell.concurrency,
+                         case=cell.case, round=round_index, slot=slot)
+        assignment = Assignment(uuid.uuid4().hex, start_at, self.build_body(job), tag, job.cache,
+                                measured, job.turn)
+
+        def done(record: dict[str, Any]) -> None:
+            if measured:
+                cell.scenario.observe(job, record)
+            if then is not None:
+                then(record)
+
+        self._callbacks[assignment.request_id] = done
+        return assignment
+
+    def play_batch(self, assignments: list[Assignment], label: str) -> list[dict[str, Any]]:
+        """Dispatches `assignments` (made by `assign`) and waits for all their records, returned
+        in assignment order ({} for a request that never reported back)."""
+        records: dict[str, dict[str, Any]] = {}
+        done = Event()
+
+        def collect(record: dict[str, Any], then: Callable[[dict[str, Any]], None]) -> None:
+            then(record)
+            records[record["request_id"]] = record
+            if len(records) == len(assignments):
+                done.set()
+
+        for assignment in assignments:
+            then = self._callbacks[assignment.request_id]
+            self._callbacks[assignment.request_id] = lambda record, then=then: collect(record, then)
+        self.dispatch(assignments)
+        if not done.wait(timeout=self.request_timeout_s + 60):
+            log.warning("%s: %d request(s) never reported back; going on", label,
+                        len(assignments) - len(records))
+        return [records.get(a.request_id, {}) for a in assignments]
+
+    def prepare(self, scenario: Scenario) -> None:
+        """The scenario's priming and calibration, as unmeasured requests one at a time."""
+        def send(jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
+            cell = Cell(purpose, purpose, scenario, 1)
+            return [self.play_batch([self.assign(job, cell, time.time(), 0, measured=False)], purpose)[0]
+                    for job in jobs]
+        scenario.prepare(send)
+
+    def flush_cache(self) -> None:
+        if self.flush is None:
+            return
+        outcome = self.flush()
+        if outcome not in self.flushes and outcome != "flushed":
+            log.warning("flush_cache: %s; cold requests rely on unique prompts only", outcome)
+        self.flushes[outcome] += 1
+
+    def wait_for_users(self, n: int) -> None:
         waited = 0.0
-        while self.capacity() < n:
+        while self.capacity() < n and waited < USERS_WAIT_S:
             if waited and waited % 10 < 0.1:
                 log.info("waiting for %d users (have %d)", n, self.capacity())
             gevent.sleep(0.1)
             waited += 0.1
+        if self.capacity() < n:
+            log.warning("only %d of %d users after %.0f s; going on", self.capacity(), n, USERS_WAIT_S)
+
+
+class Conductor(Driver):
+    """The rounds mode: plays every round of the plan in order."""
+
+    def __init__(self, plan: list[Cell], build_body: BodyBuilder,
+                 dispatch: Callable[[list[Assignment]], None], capacity: Callable[[], int],
+                 users: int = 1, **kwargs: Any) -> None:
+        super().__init__(build_body, dispatch, capacity, users, **kwargs)
+        self.plan = plan
+
+    def play(self) -> None:
+        for cell in self.plan:
+            self.wait_for_users(cell.concurrency)
+            self.prepare(cell.scenario)
+            self.cell_events.fire(cell=cell, phase="start")
+            for index in range(cell.rounds):
+                if cell.scenario.cache == COLD:
+                    self.flush_cache()
+                self._play_round(cell, index)
+            self.cell_events.fire(cell=cell, phase="end")
 
     def _play_round(self, cell: Cell, index: int) -> None:
         start_at = time.time() + self.lead_time_s
-        assignments = [
-            Assignment(uuid.uuid4().hex, start_at, self.build_body(prompt),
-                       RequestTag(scenario=prompt, cell=cell.name, concurrency=cell.concurrency,
-                                  case=cell.case, round=index, slot=slot))
-            for slot, prompt in enumerate(cell.prompts)
-        ]
+        jobs = [cell.scenario.next(slot) for slot in range(cell.concurrency)]
         self.phase = {"state": "running", "cell": cell.name, "case": cell.case,
                       "concurrency": cell.concurrency, "round": index, "rounds": cell.rounds,
-                      "scenario": cell.prompts[0] if cell.case == "single" else None}
-        self._pending = {a.request_id for a in assignments}
-        self._round_done.clear()
-        self.dispatch(assignments)
-        if not self._round_done.wait(timeout=self.round_timeout_s):
-            log.warning("%s round %d: %d stream(s) never reported back; going on",
-                        cell.name, index, len(self._pending))
+                      "scenario": jobs[0].scenario if cell.case == "single" else None}
+        self.play_batch([self.assign(job, cell, start_at, slot, index) for slot, job in enumerate(jobs)],
+                        f"{cell.name} round {index}")

@@ -51,6 +51,11 @@ class RequestRecord:
     output_sha: str | None = None  # sha256 (16 hex) of the concatenated output text
     max_tokens: int | None = None
     thinking: bool = False
+    cache_intended: str = "any"  # "cold" (flushed, unique) | "warm" (primed, shared) | "any"
+    cache_observed: str | None = None  # "cold" | "warm" from cached_tokens; None: not reported
+    queue_s: float | None = None  # client-side wait: send time minus the scheduled start
+    turn: int | None = None  # turn within a multi-turn conversation, from 0
+    measured: bool = True  # False for warm-up, priming and calibration requests
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,11 +85,14 @@ class RecordJournal:
     def append(self, record: RequestRecord) -> None:
         line = record.to_json() + b"\n"
         with self._lock:
+            if self._file.closed:  # a record that arrives after the run's end is still kept
+                self._file = open(self.path, "ab", buffering=0)
             self._file.write(line)
             self.count += 1
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
 
 
 def read_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

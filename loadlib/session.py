@@ -1,10 +1,12 @@
-"""Wires a protocol run into Locust: options, the built-in simulator, the run directory, the
-conductor, records from every process, the end-of-run summary, and the shape that stops it.
+"""Wires a run into Locust: options and profile, the built-in simulator, the run directory, the
+load mode's driver, records from every process, the end-of-run summary, and the shape that
+spawns the users and stops the test.
 
 Locust is extended only through its events and small classes: `init_command_line_parser` adds
 the options, `init` sets up each process, `test_start`/`test_stop` frame a run, custom messages
 carry assignments (master -> workers) and records (workers -> master), `report_to_master`
-carries the self-watch figures, and `ProtocolShape` ends the test when the plan is done.
+carries the self-watch figures, and `ProtocolShape` spawns what the driver wants and ends the
+test when it is done. Without `--profile` the run is the protocol, from the command-line options.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +27,15 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
 from loadlib import options, servertruth, webui
-from loadlib.client import ChatSettings, discover_model
+from loadlib.cache import flush_prefix_cache
+from loadlib.client import ChatSettings, chat_body, discover_model
 from loadlib.http1 import Endpoint
 from loadlib.manifest import build_manifest, write_manifest
+from loadlib.modes import ladder_levels
+from loadlib.plan import make_driver
+from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
-from loadlib.protocol import Assignment, Conductor, prompt_body_builder, protocol_plan
+from loadlib.protocol import Assignment, Driver
 from loadlib.records import RecordJournal, RequestRecord
 from loadlib.selfwatch import SelfWatch, client_limited
 from loadlib.users import Mailbox
@@ -55,7 +62,8 @@ class RunSession:
         self.simulator: Any = None
         self.run_dir: Path | None = None
         self.journal: RecordJournal | None = None
-        self.conductor: Conductor | None = None
+        self.profile: Profile | None = None
+        self.conductor: Driver | None = None  # the load mode's driver (rounds: the conductor)
         self.manifest: dict[str, Any] = {}
         self.records: list[dict[str, Any]] = []
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
@@ -65,11 +73,9 @@ class RunSession:
     # --- lifecycle --------------------------------------------------------------------------
 
     def start_target(self) -> None:
-        """Checks the inputs, then starts the built-in simulator when no --host was given."""
-        unknown = [name for name in self.opts.scenarios if name not in PROTOCOL_PROMPTS]
-        if unknown:
-            _usage_error(f"--scenarios: unknown scenario {unknown[0]!r} "
-                         f"(known: {', '.join(PROTOCOL_PROMPTS)})")
+        """Checks the inputs (the profile too), then starts the built-in simulator when no --host
+        was given."""
+        self.profile = run_profile(self.opts)
         check_run_dir_free(self.opts.run_dir)
         if not self.environment.host:
             from loadlib.sim.process import start_simulator
@@ -99,17 +105,21 @@ class RunSession:
         api_key = _api_key(opts)
         model = opts.model or discover_model(self.environment.host, api_key, not opts.insecure) or "default"
         settings = _settings(opts, model, api_key)
-        concurrency = [n for n in opts.concurrency if n <= max(self.environment.runner.target_user_count or 0,
-                                                               opts.num_users or 1)]
-        plan = protocol_plan(opts.scenarios, concurrency, opts.rounds)
+        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
+        self.conductor = make_driver(
+            self.profile, users, build_body=lambda job: chat_body(settings, job.messages, **job.params),
+            dispatch=self._dispatch, capacity=self._capacity,
+            flush=partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure),
+            lead_time_s=0.25 if self._distributed else 0.05, request_timeout_s=opts.request_timeout)
+        plan = self.conductor.plan
         self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
                                        plan=plan)
+        if opts.profile:
+            self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
         write_manifest(self.run_dir, self.manifest)
-        self.conductor = Conductor(plan, prompt_body_builder(settings), self._dispatch, self._capacity,
-                                   lead_time_s=0.25 if self._distributed else 0.05,
-                                   round_timeout_s=opts.request_timeout + 60)
         servertruth.attach(self, api_key)
-        log.info("Run directory: %s (%d cells, model %s)", self.run_dir, len(plan), model)
+        log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.profile.load.mode,
+                 len(plan), model)
         gevent.spawn(self.conductor.run)
 
     def end(self) -> None:
@@ -117,17 +127,19 @@ class RunSession:
         if self.summarized or self.run_dir is None:
             return
         self.summarized = True
-        from analysis.summary import render_protocol_summary
+        from loadlib.profile_summary import render_run_summary
 
-        text = render_protocol_summary(self.records, self.manifest)
+        text = render_run_summary(self.records, self.manifest, self.profile)
         snapshots = self.selfwatch_snapshots()
         self.manifest["client_watch"] = snapshots
+        if self.conductor is not None and self.conductor.flushes:
+            self.manifest["cache_flushes"] = dict(self.conductor.flushes)
         write_manifest(self.run_dir, self.manifest)
         notes = client_limited(snapshots)
         if notes:
             text += "\nCLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(notes) + "\n"
         if self.conductor is not None and not self.conductor.finished.is_set():
-            text += "\nThe run was cut short: the figures cover only the rounds that finished.\n"
+            text += "\nThe run was cut short: the figures cover only the requests that finished.\n"
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         if self.journal is not None:
             self.journal.close()
@@ -142,7 +154,7 @@ class RunSession:
             return
         self.journal.append(RequestRecord.from_dict(record))
         self.records.append(record)
-        self.conductor.on_record(record["request_id"])
+        self.conductor.on_record(record)
 
     @property
     def _distributed(self) -> bool:
@@ -157,8 +169,10 @@ class RunSession:
             self.environment.uni_mailbox.post(assignments)
             return
         workers = [(node.id, node.user_count) for node in runner.clients.values() if node.user_count > 0]
+        order = _round_robin(workers)
         shares: dict[str, list[dict[str, Any]]] = {}
-        for assignment, worker_id in zip(assignments, _round_robin(workers)):
+        for assignment in assignments:  # a stream (slot) always goes to the same worker
+            worker_id = order[assignment.tag.slot % len(order)]
             shares.setdefault(worker_id, []).append(assignment.to_message())
         for worker_id, messages in shares.items():
             runner.send_message(ASSIGN_MESSAGE, messages, client_id=worker_id)
@@ -170,6 +184,14 @@ class RunSession:
             snaps.append(watch.snapshot())
         return snaps
 
+    def users_wanted(self) -> int:
+        """What the driver wants spawned; before it exists, what its first cell will want."""
+        if self.conductor is not None:
+            return self.conductor.users_wanted
+        users = self.opts.num_users or 1
+        load = self.profile.load if self.profile else None
+        return ladder_levels(users, load.levels)[0] if load is not None and load.mode == "ladder" else users
+
     def _default_label(self) -> str:
         if self.simulator is not None:
             return "sim"
@@ -177,16 +199,20 @@ class RunSession:
 
 
 class ProtocolShape(LoadTestShape):
-    """Spawns all `-u` users at once and stops the test when the protocol plan is done."""
+    """Spawns the users the driver wants at once (all `-u`; the ladder's current level) and stops
+    the test when the driver is done."""
 
     use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
         environment = self.runner.environment
         session: RunSession | None = getattr(environment, "uni_session", None)
-        if session and session.conductor is not None and session.conductor.finished.is_set():
+        if session is None:
+            users = environment.parsed_options.num_users or 1
+            return users, float(users)
+        if session.conductor is not None and session.conductor.finished.is_set():
             return None
-        users = environment.parsed_options.num_users or 1
+        users = session.users_wanted()
         return users, float(users)
 
 
@@ -226,6 +252,36 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     environment.events.test_start.add_listener(lambda **_: session.begin())
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: session.stop_target())
+
+
+def run_profile(opts: Any) -> Profile:
+    """The run's profile: the `--profile` file, or the protocol from the command-line options.
+
+    A profile sets the request and protocol settings itself, so those options beside it are
+    refused rather than silently ignored; the profile's values then stand in the options (the
+    manifest and the request defaults read them there).
+    """
+    if not opts.profile:
+        unknown = [name for name in opts.scenarios if name not in PROTOCOL_PROMPTS]
+        if unknown:
+            _usage_error(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
+        return Profile.model_validate({
+            "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
+            "load": {"mode": "rounds", "rounds": opts.rounds, "concurrency": opts.concurrency},
+            "scenarios": {"protocol": {"single": opts.scenarios}}})
+    for name, default in options.PROFILE_SETTINGS.items():
+        if getattr(opts, name) != default:
+            _usage_error(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
+    try:
+        profile = load_profile(opts.profile)
+    except ProfileError as exc:
+        _usage_error(str(exc))
+    opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
+    if profile.load.mode == "rounds":
+        opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
+    protocol = profile.scenarios.protocol
+    opts.scenarios = list(protocol.single) if protocol else []
+    return profile
 
 
 def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:

@@ -19,6 +19,7 @@ from locust import User, constant, task
 from locust.env import Environment
 
 from loadlib import metrics
+from loadlib.cache import observed_state
 from loadlib.client import ChatClient, ChatSettings
 from loadlib.protocol import Assignment
 from loadlib.records import RequestRecord
@@ -53,7 +54,12 @@ def mailbox_of(environment: Environment) -> Mailbox:
 
 def fire_request_events(environment: Environment, record: RequestRecord) -> None:
     """Reports one record to Locust's stats: the request itself plus its protocol figures."""
-    name = record.scenario if record.concurrency == 1 else record.cell
+    if record.case in metrics.CONCURRENT_CASES:
+        name = record.cell
+    elif record.case == metrics.SINGLE_CASE:
+        name = record.scenario
+    else:  # a free-running cell mixes scenarios
+        name = f"{record.cell}: {record.scenario}"
     fire = environment.events.request.fire
     total_ms = (record.total_s or 0.0) * 1000.0
     exception = RuntimeError(record.error) if record.error else None
@@ -65,9 +71,10 @@ def fire_request_events(environment: Environment, record: RequestRecord) -> None
     comp, ttft, total = record.completion_tokens, record.ttft_s, record.total_s
     fire(request_type=TTFT_TYPE, name=name, response_time=ttft * 1000.0, response_length=0,
          exception=None, context={}, url=None, response=None, start_time=record.sent_at)
-    fire(request_type=DECODE_TYPE, name=name, response_time=metrics.decode_tps(comp, ttft, total),
-         response_length=0, exception=None, context={}, url=None, response=None,
-         start_time=record.sent_at)
+    if total > ttft:  # a short answer can arrive in the same read as its first token
+        fire(request_type=DECODE_TYPE, name=name, response_time=metrics.decode_tps(comp, ttft, total),
+             response_length=0, exception=None, context={}, url=None, response=None,
+             start_time=record.sent_at)
     if record.chunks:
         fire(request_type=TOK_PER_CHUNK_TYPE, name=name,
              response_time=metrics.tok_per_chunk(comp, record.chunks), response_length=0,
@@ -75,7 +82,11 @@ def fire_request_events(environment: Environment, record: RequestRecord) -> None
 
 
 class AssignedUser(User):
-    """Runs whatever the conductor assigns: one request at a time, at its start time."""
+    """Runs whatever the driver assigns: one request at a time, at its start time.
+
+    An assignment taken after its start time waited for a free user: the record keeps that
+    client-side wait as `queue_s` (send time minus scheduled start), apart from TTFT.
+    """
 
     abstract = True
     wait_time = constant(0)
@@ -99,5 +110,10 @@ class AssignedUser(User):
             gevent.sleep(delay)
         tag = dataclasses.replace(assignment.tag, worker=self.worker_index, user=self.user_number)
         record = self.client.chat(assignment.body, tag, assignment.request_id)
-        fire_request_events(self.environment, record)
+        if record.sent_at:
+            record.queue_s = max(record.sent_at - assignment.start_at, 0.0)
+        record.cache_intended, record.measured, record.turn = (assignment.cache_intended, assignment.measured,
+                                                               assignment.turn)
+        record.cache_observed = observed_state(record.cached_tokens)
         self.mailbox.report(record)
+        fire_request_events(self.environment, record)

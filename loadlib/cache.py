@@ -1,0 +1,48 @@
+"""Prefix-cache control and observation: empty the server's radix cache before cold cells, and
+name the state each request met.
+
+SGLang offers `POST /flush_cache` (refused with 400 while requests are running, so it is
+retried briefly); vLLM and llama.cpp answer 404, and then cold cells rely on unique prompts
+alone. Whatever happens, the records' `cached_tokens` show the cache state actually met.
+"""
+
+from __future__ import annotations
+
+import gevent
+
+from loadlib.http1 import Connection, Endpoint, TransportError
+
+FLUSHED, NOT_OFFERED, REFUSED = "flushed", "not offered", "refused"
+# Every prompt shares the chat template's opening (`<|im_start|>user\n`, a default system
+# prompt), which a radix cache matches even for a brand-new prompt; a hit is more than that.
+FRAMING_TOKENS = 32
+
+
+def observed_state(cached_tokens: int | None) -> str | None:
+    """The cache state a request met: "warm" when the prompt itself hit the prefix cache,
+    "cold" when nothing beyond the template's framing did, None when the server did not say."""
+    if cached_tokens is None:
+        return None
+    return "warm" if cached_tokens > FRAMING_TOKENS else "cold"
+
+
+def flush_prefix_cache(base_url: str, api_key: str | None = None, verify_tls: bool = True,
+                       attempts: int = 5, retry_after_s: float = 0.2) -> str:
+    """`flushed`, `not offered` (no such endpoint), `refused` (busy every time) or a transport
+    failure reason."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    connection = Connection(Endpoint.parse(base_url), timeout=30.0, verify_tls=verify_tls)
+    try:
+        for attempt in range(attempts):
+            response = connection.request("POST", "/flush_cache", b"", headers)
+            if response.status == 200:
+                return FLUSHED
+            if response.status in (404, 405):
+                return NOT_OFFERED
+            if attempt + 1 < attempts:
+                gevent.sleep(retry_after_s)
+        return REFUSED
+    except TransportError as exc:
+        return str(exc)
+    finally:
+        connection.close()

@@ -1,0 +1,100 @@
+"""What a scenario is: a source of jobs (requests to send), and the cells it is measured in.
+
+A scenario knows what to ask and what cache state its requests should meet; it does not know
+when they are sent or by whom (that is the load mode's job). `next(stream)` is called once per
+request; `stream` names a sequence of related requests (a round's slot, a closed-loop user), so
+that conversations can continue on the same stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+COLD, WARM, ANY = "cold", "warm", "any"  # intended cache states
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One request a scenario wants sent, and the labels its record will carry."""
+
+    scenario: str  # the record's `scenario` (a prompt or workload name)
+    messages: list[dict[str, Any]]
+    params: dict[str, Any] = field(default_factory=dict)  # extra body fields: tools, max_tokens, ...
+    cache: str = ANY  # the cache state this request is meant to meet
+    turn: int | None = None
+
+
+# Sends auxiliary jobs (priming, calibration) labelled `purpose`, waits, returns their records.
+Send = Callable[[list[Job], str], list[dict[str, Any]]]
+
+
+class Scenario:
+    """A workload. Subclasses set `kind` and implement `next`."""
+
+    kind: ClassVar[str]
+    cache: str = ANY  # what the cells of this scenario set up: COLD flushes before each round
+    same_prompt: bool = False  # every stream sends the identical prompt (the "same" case)
+
+    def __init__(self, params: dict[str, Any] | None = None) -> None:
+        self.params = dict(params or {})  # per-scenario request overrides (max_tokens, thinking)
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def label(self, stream: int) -> str:
+        """The `scenario` its records on `stream` carry (protocol cells: a prompt per stream)."""
+        return self.name
+
+    def next(self, stream: int) -> Job:
+        raise NotImplementedError
+
+    def prepare(self, send: Send) -> None:
+        """Runs before each of its cells (and once before a free-running run): priming,
+        calibration. Most scenarios need nothing."""
+
+    def observe(self, job: Job, record: dict[str, Any]) -> None:
+        """Sees the record of each of its measured jobs (long-context corrects its sizing)."""
+
+    def round_cells(self, concurrency: list[int], rounds: int) -> list["Cell"]:
+        """Its cells in the rounds mode: N = 1 is a single-stream cell, larger N start N streams
+        together (case "same" when they all send one prompt, else "different")."""
+        case = "same" if self.same_prompt else "different"
+        return [Cell("single", "single", self, 1, rounds) if n == 1 else
+                Cell(f"c{n}-{self.name}", case, self, n, rounds) for n in concurrency]
+
+    def _job(self, scenario: str, messages: list[dict[str, Any]], cache: str | None = None,
+             turn: int | None = None, **params: Any) -> Job:
+        return Job(scenario, messages, {**params, **self.params}, cache or self.cache, turn)
+
+
+def request_params(max_tokens: int | None = None, thinking: bool | None = None) -> dict[str, Any]:
+    """Body fields that override the run's defaults for one scenario."""
+    params: dict[str, Any] = {}
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    if thinking is not None:
+        params["chat_template_kwargs"] = {"enable_thinking": thinking}
+    return params
+
+
+@dataclass(frozen=True, eq=False)
+class Cell:
+    """One measurement cell: a scenario measured at one concurrency, in rounds or for a time.
+
+    Rounds cells (`rounds` > 0) start `concurrency` streams together per round; free-running
+    cells (`rounds` == 0) keep them busy for `duration_s` or feed them arrivals.
+    """
+
+    name: str  # "single", "c4-same", "c8-distinct-issues", "prefill-14k", "closed", "ladder-u4", ...
+    case: str  # "single" | "same" | "different" | a free-running mode's name
+    scenario: Scenario
+    concurrency: int
+    rounds: int = 0
+    duration_s: float | None = None
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """The scenario label of each stream (for the protocol's cells, its prompt names)."""
+        return tuple(self.scenario.label(stream) for stream in range(self.concurrency))

@@ -1,0 +1,49 @@
+"""`multi-turn`: conversations that grow turn by turn, each turn resending the whole history.
+
+Later turns find the history in the prefix cache, so their TTFT should stay flat while the
+prompt grows; records carry `turn` for per-turn figures. The assistant turns in the history are
+the script's, not the server's own replies (the client keeps no output text), so a later turn
+hits the cache up to the end of the previous prompt, as with a server whose reply differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
+from loadlib.scenarios.corpus import Conversation, conversations
+
+
+@dataclass
+class _Progress:
+    conversation: Conversation
+    turn: int = 0
+
+
+class MultiTurn(Scenario):
+    kind = "multi-turn"
+
+    def __init__(self, turns: int = 4, params: dict[str, Any] | None = None) -> None:
+        super().__init__(params)
+        self.turns = turns
+        self._scripts = conversations()
+        self._started = 0
+        self._streams: dict[int, _Progress] = {}
+
+    def next(self, stream: int) -> Job:
+        progress = self._streams.get(stream)
+        if progress is None or progress.turn >= min(self.turns, len(progress.conversation.turns)):
+            progress = self._streams[stream] = _Progress(self._scripts[self._started % len(self._scripts)])
+            self._started += 1
+        conversation, turn = progress.conversation, progress.turn
+        progress.turn += 1
+        messages = [{"role": "system", "content": conversation.system}] if conversation.system else []
+        for user, assistant in conversation.turns[:turn]:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        messages.append({"role": "user", "content": conversation.turns[turn][0]})
+        return self._job(self.name, messages, cache=WARM if turn else ANY, turn=turn)
+
+    def prepare(self, send: Send) -> None:
+        """Every cell starts new conversations on its streams."""
+        self._streams.clear()

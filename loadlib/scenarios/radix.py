@@ -1,0 +1,44 @@
+"""`radix-hit`: every stream sends the identical prompt, primed first so that the prefix is in
+the server's radix cache before anything is measured (the protocol's ideal upper bound)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
+from loadlib.scenarios.corpus import work_item
+from loadlib.scenarios.issues import item_prompt
+
+DEFAULT_PROMPT = "03-logs-kv-cache-oom-under-burst"
+PRIME_TOKENS = 8
+
+
+def prompt_text(name: str) -> str | None:
+    """A protocol prompt or a shipped work item, by name; None if neither exists."""
+    if name in PROTOCOL_PROMPTS:
+        return PROTOCOL_PROMPTS[name]
+    item = work_item(name)
+    return item_prompt(item) if item else None
+
+
+class RadixHit(Scenario):
+    kind = "radix-hit"
+    same_prompt = True
+
+    def __init__(self, prompt: str = DEFAULT_PROMPT, prime: bool = True,
+                 params: dict[str, Any] | None = None) -> None:
+        super().__init__(params)
+        text = prompt_text(prompt)
+        if text is None:
+            raise ValueError(f"unknown prompt {prompt!r}")
+        self.messages = [{"role": "user", "content": text}]
+        self.prime = prime
+        self.cache = WARM if prime else ANY
+
+    def next(self, stream: int) -> Job:
+        return self._job(self.name, self.messages)
+
+    def prepare(self, send: Send) -> None:
+        if self.prime:  # the prompt is what gets cached, so a few output tokens are enough
+            send([Job(self.name, self.messages, {**self.params, "max_tokens": PRIME_TOKENS}, WARM)], "prime")
