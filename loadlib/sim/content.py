@@ -18,8 +18,6 @@ import orjson
 
 from loadlib.sim.tokenizer import pieces
 
-DOMAINS = ("code", "en_tech", "cn_chat", "cn_essay")
-
 _CJK_CHAR = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _ESSAY = re.compile("散文|诗|文笔|小说|故事|作文|抒情|描写")
 _CODE = re.compile(

@@ -60,12 +60,12 @@ class SimRequest:
     """One generation request as the engine sees it (token counts, cache state, progress)."""
 
     __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "prefilled", "limit",
-                 "output", "domain", "generated", "streamed", "finish_reason", "aborted", "on_step",
+                 "output", "generated", "streamed", "finish_reason", "aborted", "on_step",
                  "_cdf", "_cdf_reasoning", "_rng")
 
-    def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, domain: str,
-                 limit: int, finish_reason: str, cdf: tuple[float, ...],
-                 cdf_reasoning: tuple[float, ...], rng: random.Random) -> None:
+    def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, limit: int,
+                 finish_reason: str, cdf: tuple[float, ...], cdf_reasoning: tuple[float, ...],
+                 rng: random.Random) -> None:
         self.rid = rid
         self.prompt_ids = prompt_ids
         self.prompt_tokens = len(prompt_ids)
@@ -73,7 +73,6 @@ class SimRequest:
         self.prefilled = -1  # -1: not yet matched against the radix cache
         self.limit = limit  # tokens this request will generate in total
         self.output = output
-        self.domain = domain
         self.generated = 0
         self.streamed = 0  # tokens already handed to `on_step`
         self.finish_reason = finish_reason  # what ends it when `generated` reaches `limit`
@@ -102,8 +101,6 @@ class Stats:
         self.generation_tokens_total = 0
         self.cached_tokens_total = 0
         self.aborted_total = 0
-        self.verify_steps_total = 0  # request-steps: one per request per verify step
-        self.verify_tokens_total = 0
         self.prefill_steps_total = 0
         self.batch_steps_total = 0
         self.cache_hit_rate = 0.0  # of the last prefill batch, as SGLang reports it
@@ -154,7 +151,7 @@ class Engine:
         cap = min(max_tokens if max_tokens is not None else natural, room)
         limit, finish = (natural, "stop") if natural <= cap else (cap, "length")
         block = cfg.speculative_num_draft_tokens
-        return SimRequest(rid, ids, output, domain, limit, finish,
+        return SimRequest(rid, ids, output, limit, finish,
                           accept_cdf(cfg.accept.get(domain, 2.0), block),
                           accept_cdf(cfg.reasoning_accept.get(domain, 2.0), block),
                           random.Random(rng_seed ^ 0x5EED))
@@ -342,8 +339,6 @@ class Engine:
                     req.streamed = end
         n = len(self.running)
         stats.batch_steps_total += 1
-        stats.verify_steps_total += n
-        stats.verify_tokens_total += step_tokens
         if n:
             stats.recent_accept.append(step_tokens / n)
             stats.recent_tokens.append((monotonic(), step_tokens))
