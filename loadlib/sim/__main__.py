@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stream-interval", type=_positive_int,
                    help="stream output every N decode steps (merges steps into one chunk)")
     g.add_argument("--radix-cache-tokens", type=_positive_int, help="radix cache capacity (tokens)")
-    g.add_argument("--disable-radix-cache", action="store_true", default=None)
-    g.add_argument("--enable-cache-report", action="store_true", default=None,
-                   help="report usage.prompt_tokens_details.cached_tokens")
+    g.add_argument("--disable-radix-cache", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--enable-cache-report", action=argparse.BooleanOptionalAction, default=None,
+                   help="report usage.prompt_tokens_details.cached_tokens (the preset turns it on)")
     return p
 
 

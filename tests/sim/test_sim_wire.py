@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from conftest import chat, chat_payload, request
 
 from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.sim.process import start_simulator
 
 DELTA_KEYS = ["role", "content", "reasoning_content", "tool_calls"]
 CHOICE_KEYS = ["index", "delta", "logprobs", "finish_reason", "matched_stop"]
@@ -133,3 +134,8 @@ def test_keep_alive_serves_several_requests_on_one_connection(sim):
                for _ in range(3)]
     assert [r.usage["completion_tokens"] for r in replies] == [12, 12, 12]
     conn.close()
+
+
+def test_cache_report_can_be_switched_off():
+    with start_simulator(["--time-scale", "0.02", "--no-enable-cache-report"]) as quiet:
+        assert chat(quiet.url, max_tokens=4).usage["prompt_tokens_details"] is None
