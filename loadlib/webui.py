@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 
 TAB_KEY = "uni-bench"
 COLUMNS = [  # (row key, column title) of the tab's table and the page's
-    ("cell", "Cell"), ("status", "Status"), ("ttft_p50", "TTFT p50 s"), ("ttft_p90", "TTFT p90 s"),
-    ("decode", "Decode t/s (per stream)"), ("tok_per_chunk", "Tok/chunk"), ("aggregate", "Aggregate t/s"),
-    ("overlap", "Overlap"), ("cached", "Cached share"), ("done", "Done"), ("failures", "Failures"),
+    ("cell", "Cell"), ("status", "Status"), ("ttft", "TTFT s, p50 / p90"), ("decode", "Decode t/s per stream"),
+    ("tok_per_chunk", "Tok/chunk"), ("aggregate", "Aggregate t/s (overlap)"), ("cache", "Prefix cache"),
+    ("done", "Done"), ("failures", "Failures"),
 ]
 PAGE = "live.html"
 
@@ -143,16 +143,19 @@ class LiveFigures:
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
         return {"phase": _phase_text(session, slots, phase, current, state), "state": state,
-                "settings": _settings_text(self.environment), "columns": COLUMNS, "rows": rows,
+                "settings": _settings_text(self.environment),
+                "target": _target_text(self.environment), "columns": COLUMNS, "rows": rows,
                 "series": series, "run_dir": str(session.run_dir or ""), "requests": len(session.records)}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
         """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
         view = self.view()
         blank = {key: "" for key, _title in COLUMNS[2:]}
+        unbroken = [{key: value if key == "cell" else value.replace(" ", "\u00a0") for key, value in row.items()}
+                    for row in view["rows"]]  # short figures stay on one line; the long first column wraps
         return [{"cell": view["phase"], "status": view["state"], **blank},
                 {"cell": view["settings"], "status": "", **blank},
-                *view["rows"],
+                *unbroken,
                 {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank}]
 
     def _figures(self, conductor: Any, plan: list[Any]) -> tuple[list[Slot], list[dict[str, str]], dict[str, Any]]:
@@ -195,6 +198,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     steady = metrics.steady_state_table(frame).set_index("cell")
     steady_pct = metrics.steady_percentiles(frame)
     steady_ttft = steady_pct[steady_pct["figure"] == "ttft_s"].set_index("cell")
+    prefill = metrics.prefill_table(frame)
 
     def figures(slot: Slot) -> dict[str, str]:
         if slot.case == metrics.SINGLE_CASE:
@@ -202,17 +206,19 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
             single = _row(tables.single, slot.scenario)
             return _formatted(_row(ttft_by_scenario, slot.scenario), metrics.failures_table(own),
                               _rounds_done(_get(single, "n"), own, slot.rounds),
-                              decode=_get(single, "decode_tps"), tok_per_chunk=_get(single, "tok_per_chunk"))
+                              decode=_get(single, "decode_tps"), tok_per_chunk=_get(single, "tok_per_chunk"),
+                              cache=_cache_states(prefill[prefill["scenario"] == slot.scenario]))
         own = frame[frame["cell"] == slot.cell]
         failures = tables.failures[tables.failures["cell"] == slot.cell]
         if slot.case in metrics.CONCURRENT_CASES:
             cell = _row(concurrent, (slot.concurrency, slot.case))
             return _formatted(_row(tables.ttft, slot.cell), failures, _rounds_done(_get(cell, "n"), own, slot.rounds),
                               decode=_get(cell, "stream_decode_tps"), aggregate=_get(cell, "aggregate_tps"),
-                              overlap=_get(cell, "overlap"), cached=_get(cell, "cached_share"))
+                              overlap=_get(cell, "overlap"), cache=_cached_share(_get(cell, "cached_share")))
         done = f"{len(own)} requests" if len(own) else text.MISSING
         return _formatted(_row(steady_ttft, slot.cell), failures, done,
-                          aggregate=_get(_row(steady, slot.cell), "decode_tps"))
+                          aggregate=_get(_row(steady, slot.cell), "decode_tps"),
+                          cache=_cache_states(prefill[prefill["cell"] == slot.cell]))
     return figures
 
 
@@ -223,17 +229,26 @@ def _rounds_done(complete: Any, own: pd.DataFrame, planned: int | None) -> str:
     return f"{int(complete or 0)} of {planned or own['round'].nunique()} rounds"
 
 
+def _cached_share(share: Any) -> str:
+    """The concurrency table's measured radix state: "98% cached"."""
+    return text.MISSING if text.num(share) == text.MISSING else f"{share:.0%} cached"
+
+
+def _cache_states(prefill: pd.DataFrame) -> str:
+    """Requests by observed cache state, from the prefill table: "hit 2 · cold 1"."""
+    counts = prefill.groupby("cache", sort=False)["n"].sum()
+    return " · ".join(f"{state} {int(n)}" for state, n in counts.items()) or text.MISSING
+
+
 def _formatted(ttft: pd.Series | None, failures: pd.DataFrame, done: str, decode: Any = None,
                tok_per_chunk: Any = None, aggregate: Any = None, overlap: Any = None,
-               cached: Any = None) -> dict[str, str]:
+               cache: str = text.MISSING) -> dict[str, str]:
     return {
-        "ttft_p50": text.num(_get(ttft, "p50"), 3),
-        "ttft_p90": text.num(_get(ttft, "p90"), 3),
+        "ttft": text.MISSING if ttft is None else f"{text.num(ttft['p50'], 3)} / {text.num(ttft['p90'], 3)}",
         "decode": text.num(decode),
         "tok_per_chunk": text.num(tok_per_chunk, 2),
-        "aggregate": text.num(aggregate),
-        "overlap": text.ratio(overlap),
-        "cached": text.MISSING if text.num(cached) == text.MISSING else f"{cached:.0%}",
+        "aggregate": text.num(aggregate) + (f" ({text.ratio(overlap)})" if text.num(overlap) != text.MISSING else ""),
+        "cache": cache,
         "done": done,
         "failures": "; ".join(f"{row.error} ×{int(row.count)}" for row in failures.itertuples())
                     or ("0" if done != text.MISSING else text.MISSING),
@@ -314,20 +329,26 @@ def _phase_text(session: Any, slots: list[Slot], phase: dict[str, Any], current:
 
 
 def _settings_text(environment: Environment) -> str:
-    """What is being measured: the run's manifest once it started, else the options as they stand."""
+    """What is being measured: the run's manifest once it started, else the options as they stand.
+
+    The target is left out: Locust's header shows it, and the page shows it apart.
+    """
     manifest = environment.uni_session.manifest or {}
     protocol, opts = manifest.get("protocol", {}), environment.parsed_options
-    model = manifest.get("model") or opts.model or "first model of /v1/models"
-    target = manifest.get("target", {})
-    parts = [f"Model {model}",
+    rounds = protocol.get("rounds", opts.rounds)
+    parts = [f"Model {manifest.get('model') or opts.model or '(first of /v1/models)'}",
              f"max tokens {protocol.get('max_tokens', opts.max_tokens)}",
-             f"{protocol.get('rounds', opts.rounds)} rounds",
+             f"{rounds} round{'s' if rounds != 1 else ''}",
              "thinking " + ("ON" if protocol.get("thinking", opts.thinking) else "off")]
     if opts.profile:
         parts.append(f"profile {opts.profile}")
-    url = target.get("url") or environment.host
-    parts.append(f"target {url}" + (" (built-in simulator)" if target.get("builtin_simulator") else ""))
     return " · ".join(parts)
+
+
+def _target_text(environment: Environment) -> str:
+    target = (environment.uni_session.manifest or {}).get("target", {})
+    simulator = " (built-in simulator)" if target.get("builtin_simulator") else ""
+    return f"{target.get('url') or environment.host}{simulator}"
 
 
 # --- routes ----------------------------------------------------------------------------------------
