@@ -139,3 +139,12 @@ def test_keep_alive_serves_several_requests_on_one_connection(sim):
 def test_cache_report_can_be_switched_off():
     with start_simulator(["--time-scale", "0.02", "--no-enable-cache-report"]) as quiet:
         assert chat(quiet.url, max_tokens=4).usage["prompt_tokens_details"] is None
+
+
+def test_image_parts_count_as_prompt_tokens(sim):
+    content = [{"type": "text", "text": "What is in this picture?"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    payload = chat_payload(max_tokens=8)
+    payload["messages"] = [{"role": "user", "content": content}]
+    reply = chat(sim.url, payload)
+    assert reply.status == 200 and reply.usage["prompt_tokens"] > 500
