@@ -5,7 +5,9 @@ Uses matplotlib's object API (no pyplot, no global backend state), so it runs he
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -60,7 +62,7 @@ def decode_per_scenario(tables: dict[str, ProtocolTables]) -> Figure | None:
     ax.set_title("Single-stream decode per scenario\nbar = mean over rounds, whisker = min–max; "
                  "decode = (comp-1)/(total-ttft)")
     ax.margins(y=0.12)
-    _legend(ax, len(singles))
+    ax.legend(fontsize=8, ncols=min(len(singles), 3))
     return fig
 
 
@@ -115,7 +117,7 @@ def ttft_distribution(runs: list[Run]) -> Figure | None:
         share = np.linspace(0, 1, min(len(values), 500))
         x = np.quantile(values, share)
         p50, p99 = np.quantile(values, [0.5, 0.99])
-        ax.step(x, share, where="post", label=f"{label}: p50 {p50:.3f} s, p99 {p99:.3f} s (n={len(values)})")
+        ax.step(x, share, where="post", label=f"{label}: p50 {p50:.3f} s, p99 {p99:.3f} s (n={len(values):,})")
     if lowest > 0 and highest / lowest > 20:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter("{x:g}")
@@ -182,7 +184,7 @@ def timeline(run: Run) -> Figure | None:
     history = run.locust.history
     if history is not None and {"Timestamp", "User Count"} <= set(history.columns):
         top.step(history["Timestamp"] - df["sent_at"].min(), history["User Count"], where="post",
-                 color="black", linewidth=1, label="Locust users (its --csv history)")
+                 color="black", linewidth=1, label="Locust users (from its CSV history)")
     top.set_ylabel("streams")
     top.set_ylim(bottom=0)
     top.legend(fontsize=8, loc="upper left")
@@ -191,6 +193,7 @@ def timeline(run: Run) -> Figure | None:
     bottom.set_ylim(bottom=0)
     bottom.yaxis.set_major_formatter("{x:,.0f}")
     bottom.set_xlabel("seconds since the first request")
+    bottom.xaxis.set_major_formatter("{x:,.0f}")
     _shade_cells(df, top, bottom)
     fig.suptitle(f"Timeline of {run.label}: requests in flight (top) and decode throughput (bottom), "
                  "shaded by cell")
@@ -198,15 +201,18 @@ def timeline(run: Run) -> Figure | None:
 
 
 def _shade_cells(df: pd.DataFrame, top, bottom) -> None:
+    """Alternating grey bands, one per cell, named above the top chart when wide enough to read."""
     origin = df["sent_at"].min()
     spans = df.groupby("cell").agg(start=("sent_at", "min"), end=("end_at", "max"))
     spans = spans.reindex(sorted(spans.index, key=cell_order))
+    readable = (spans["end"].max() - origin) / 40
     for i, (cell, span) in enumerate(spans.iterrows()):
         start, end = span["start"] - origin, span["end"] - origin
         for ax in (top, bottom):
             ax.axvspan(start, end, color="grey", alpha=0.07 if i % 2 else 0.15, linewidth=0)
-        top.text((start + end) / 2, 1.01, str(cell), transform=top.get_xaxis_transform(), ha="center",
-                 va="bottom", fontsize=8, rotation=30 if len(spans) > 6 else 0)
+        if end - start >= readable:
+            top.text((start + end) / 2, 1.01, str(cell), transform=top.get_xaxis_transform(), ha="center",
+                     va="bottom", fontsize=8, rotation=30 if len(spans) > 6 else 0)
 
 
 def _figure():
@@ -214,12 +220,9 @@ def _figure():
     return fig, fig.subplots()
 
 
-def _legend(ax, columns: int) -> None:
-    ax.legend(fontsize=8, ncols=min(columns, 3))
-
-
-def _colors() -> list[str]:
-    return [f"C{i}" for i in range(10)] * 10
+def _colors() -> Iterator[str]:
+    """Matplotlib's default colour cycle, one colour per run."""
+    return itertools.cycle(f"C{i}" for i in range(10))
 
 
 def _safe(label: str) -> str:

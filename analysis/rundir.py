@@ -7,10 +7,9 @@ short (a torn last line is skipped with a warning, because the journal is flushe
 
 from __future__ import annotations
 
-import itertools
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,7 +21,7 @@ from loadlib import metrics
 from loadlib.records import RECORDS_FILE
 
 MANIFEST_FILE = "manifest.json"
-BATCH_LINES = 65_536
+BLOCK_BYTES = 4 << 20  # journal bytes parsed at a time
 
 
 class RunDirError(Exception):
@@ -47,47 +46,66 @@ class Run:
 def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     """Loads a run directory; the label defaults to the directory's name."""
     path = Path(run_dir)
-    records = metrics.records_frame(read_journal(path))
-    return Run(path, label or path.resolve().name, records, read_manifest(path), read_locust_csv(path))
+    return Run(path, label or path.resolve().name, read_records_frame(path), read_manifest(path),
+               read_locust_csv(path))
 
 
-def read_journal(run_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """The record dicts of a run directory (or of a records.jsonl file itself).
+def read_records_frame(run_dir: str | Path) -> pd.DataFrame:
+    """The `metrics.records_frame` of a run directory's journal (or of a records.jsonl itself),
+    parsed a block of lines per orjson call: turning a million JSON lines into Python objects is
+    the slowest step of every command."""
+    path = _journal(Path(run_dir))
+    tally = _Tally()
+    frame = metrics.frame_from_batches(_parsed(_line_batches(path), tally))
+    if tally.bad == [tally.lines]:
+        warnings.warn(f"{path}: skipped a torn last line (line {tally.lines})", SkippedLinesWarning, stacklevel=2)
+    elif tally.bad:
+        warnings.warn(f"{path}: skipped {len(tally.bad)} unreadable line(s), first at line {tally.bad[0]}",
+                      SkippedLinesWarning, stacklevel=2)
+    return frame
 
-    Parses a batch of lines at a time (one orjson call per batch) and falls back to line by
-    line only for a batch that holds a bad line.
-    """
-    path = Path(run_dir)
+
+def _journal(path: Path) -> Path:
     if not path.exists():
         raise RunDirError(f"no such run directory: {path}")
-    if path.is_dir():
-        path = path / RECORDS_FILE
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise RunDirError(f"cannot read records {path}: {exc.strerror or exc}") from None
-    return _parse(path, handle)
+    journal = path / RECORDS_FILE if path.is_dir() else path
+    if not journal.is_file():
+        raise RunDirError(f"cannot read records {journal}: No such file or directory")
+    return journal
 
 
-def _parse(path: Path, handle: Any) -> Iterator[dict[str, Any]]:
-    bad: list[int] = []
-    seen = 0
-    with handle:
-        while lines := [line for line in itertools.islice(handle, BATCH_LINES) if line.strip()]:
-            try:
-                yield from orjson.loads(b"[" + b",".join(lines) + b"]")
-            except orjson.JSONDecodeError:
-                for number, line in enumerate(lines, start=seen + 1):
-                    try:
-                        yield orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        bad.append(number)
-            seen += len(lines)
-    if bad == [seen]:
-        warnings.warn(f"{path}: skipped a torn last line (line {seen})", SkippedLinesWarning, stacklevel=2)
-    elif bad:
-        warnings.warn(f"{path}: skipped {len(bad)} unreadable line(s), first at line {bad[0]}",
-                      SkippedLinesWarning, stacklevel=2)
+def _line_batches(path: Path) -> Iterator[list[bytes]]:
+    """Non-blank lines of the journal, a block at a time (memory stays small and is reused)."""
+    with open(path, "rb") as handle:
+        rest = b""
+        while block := handle.read(BLOCK_BYTES):
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            yield [line for line in lines if line.strip()]
+        if rest.strip():
+            yield [rest]
+
+
+@dataclass
+class _Tally:
+    lines: int = 0
+    bad: list[int] = field(default_factory=list)  # 1-based numbers of the lines that did not parse
+
+
+def _parsed(batches: Iterator[list[bytes]], tally: _Tally) -> Iterator[list[dict[str, Any]]]:
+    """Each batch of lines parsed with one orjson call, line by line only when it holds a bad line."""
+    for batch in batches:
+        try:
+            yield orjson.loads(b"[" + b",".join(batch) + b"]")
+        except orjson.JSONDecodeError:
+            good = []
+            for number, line in enumerate(batch, start=tally.lines + 1):
+                try:
+                    good.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    tally.bad.append(number)
+            yield good
+        tally.lines += len(batch)
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:

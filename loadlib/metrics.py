@@ -25,10 +25,11 @@ RECORD_COLUMNS = [
     "request_id", "scenario", "cell", "concurrency", "case", "round", "slot", "worker", "user",
     "sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
     "cached_tokens", "chunks", "finish_reason", "http_status", "error", "output_sha",
-    "max_tokens", "thinking",
+    "max_tokens", "thinking", "cache_intended", "cache_observed", "queue_s", "turn", "measured",
 ]
 FLOAT_COLUMNS = ("sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
-                 "cached_tokens", "chunks", "http_status", "max_tokens")  # None becomes NaN
+                 "cached_tokens", "chunks", "http_status", "max_tokens", "queue_s", "turn")  # None becomes NaN
+FRAME_BATCH = 65_536  # records turned into columns at a time
 INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 PERCENTILES = (0.5, 0.9, 0.99)
 # The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
@@ -84,15 +85,30 @@ def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:
 def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Records (dicts) as a DataFrame with the per-request figures as columns.
 
-    Adds `ok` (no error) and, for ok rows, `decode_tps`, `tok_per_chunk`, `e2e_tps`,
-    `prefill_tps`, `uncached_prefill_tps`; failed rows hold NaN there so that they never enter
-    a mean. Also adds wall-clock instants (epoch s): `first_token_at`, `last_token_at` (last
-    content chunk, else end of stream) and `end_at`.
-    Built in batches column by column, because a million records must load in seconds.
+    Requests that were not measurements (`measured` false: warm-up, priming, calibration) are
+    left out here, so that no figure can count them. Adds `ok` (no error) and, for ok rows,
+    `decode_tps`, `tok_per_chunk`, `e2e_tps`, `prefill_tps`, `uncached_prefill_tps`; failed rows
+    hold NaN there so that they never enter a mean. Also adds wall-clock instants (epoch s):
+    `first_token_at`, `last_token_at` (last content chunk, else end of stream) and `end_at`.
     """
+    return frame_from_batches(_batches(iter(records), FRAME_BATCH))
+
+
+def frame_from_batches(batches: Iterable[list[dict[str, Any]]]) -> pd.DataFrame:
+    """`records_frame` for a reader that parses many records at once (e.g. one orjson call per
+    block of a journal): each batch becomes typed column arrays straight away, so a million
+    records load in seconds and their Python objects are freed batch by batch."""
+    arrays: dict[str, list[np.ndarray]] = {col: [] for col in RECORD_COLUMNS}
     with _gc_paused():
-        parts = [_batch_frame(batch) for batch in _batches(iter(records), 65_536)]
-    df = pd.concat(parts, ignore_index=True) if parts else _batch_frame([])
+        for batch in batches:
+            for col, values in zip(RECORD_COLUMNS, _columns(batch)):
+                arrays[col].append(_column(col, values))
+    df = pd.DataFrame({col: np.concatenate(parts) if parts else _column(col, ())
+                       for col, parts in arrays.items()})
+    untyped = [col for col in df.columns if df[col].dtype == object]  # text columns with no text at all
+    df[untyped] = df[untyped].astype("str")
+    if not df["measured"].all():
+        df = df[df["measured"]].reset_index(drop=True)
     ok = df["ok"] = df["error"].isna()
     comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
     df["decode_tps"] = decode_tps(comp, ttft, total).where(ok)
@@ -111,13 +127,13 @@ def _batches(items: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[s
         yield batch
 
 
-def _batch_frame(batch: list[dict[str, Any]]) -> pd.DataFrame:
+def _columns(batch: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:
+    """The batch's values column by column, in `RECORD_COLUMNS` order."""
     try:
         rows = list(map(itemgetter(*RECORD_COLUMNS), batch))
     except KeyError:  # records written by another tool may lack fields
         rows = [tuple(record.get(col) for col in RECORD_COLUMNS) for record in batch]
-    columns = zip(*rows) if rows else ([] for _ in RECORD_COLUMNS)
-    return pd.DataFrame({col: _column(col, values) for col, values in zip(RECORD_COLUMNS, columns)})
+    return zip(*rows)
 
 
 def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
@@ -130,6 +146,8 @@ def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
             return np.array(values, dtype="float64")
     if name == "thinking":
         return np.array(values, dtype=bool)
+    if name == "measured":  # records from before the field existed were all measurements
+        return np.array([value is not False for value in values], dtype=bool)
     return np.array(values, dtype=object)  # pandas infers its string dtype
 
 
@@ -253,18 +271,19 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
     """TTFT p50/p90/p99 in seconds from raw records of successful requests, grouped by `by`."""
-    ok = df[df["ok"]]
+    ok = df.loc[df["ok"], [by, "ttft_s"]]
     if ok.empty:
         return pd.DataFrame(columns=["p50", "p90", "p99", "n"])
-    pct = ok.groupby(by, sort=False)["ttft_s"].quantile(list(PERCENTILES)).unstack()
+    grouped = ok.groupby(by, sort=False)["ttft_s"]
+    pct = grouped.quantile(list(PERCENTILES)).unstack()
     pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-    pct["n"] = ok.groupby(by, sort=False).size()
+    pct["n"] = grouped.size()
     return pct
 
 
 def failures_table(df: pd.DataFrame) -> pd.DataFrame:
     """Failed requests counted by cell and reason."""
-    failed = df[~df["ok"]]
+    failed = df.loc[~df["ok"], ["cell", "error"]]
     return (failed.groupby(["cell", "error"], sort=False).size().rename("count").reset_index()
             if not failed.empty else pd.DataFrame(columns=["cell", "error", "count"]))
 
@@ -277,7 +296,9 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     rate) or "unknown" (the server did not report cached tokens). Concurrent streams are left
     out: their TTFT includes waiting for each other's prefill.
     """
-    rows = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES)]
+    rows = df.loc[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES),
+                  ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "ttft_s", "prefill_tps",
+                   "uncached_prefill_tps"]]
     cache = np.select([rows["cached_tokens"].isna(), rows["cached_tokens"] > 0], ["unknown", "hit"], "cold")
     table = rows.assign(cache=cache).groupby(["cell", "scenario", "cache"], sort=False).agg(
         prompt_tokens=("prompt_tokens", "mean"),
@@ -313,7 +334,7 @@ def _cumulative_overlap(starts: np.ndarray, ends: np.ndarray, weights: np.ndarra
 
 def _decode_intervals(df: pd.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode tokens (comp - 1) of ok requests, spread evenly from first to last token."""
-    ok = df[df["ok"]]
+    ok = df.loc[df["ok"], ["first_token_at", "last_token_at", "completion_tokens"]]
     start = (ok["first_token_at"] - origin).to_numpy()
     end = (ok["last_token_at"] - origin).to_numpy()
     span = end - start
@@ -362,6 +383,8 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
 
 
+STEADY_INPUTS = ["cell", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
+                 "ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]
 STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
                   "goodput_rps", "slo_attainment", "n", "failed"]
 
@@ -398,15 +421,17 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
 
 
 def steady_percentiles(df: pd.DataFrame) -> pd.DataFrame:
-    """p50/p90/p99 of TTFT, decode, end-to-end and tok/chunk per free-running cell, from the raw
-    records of successful requests sent within the cell's steady window."""
+    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk and client-side queueing (when
+    recorded) per free-running cell, from the raw records of successful requests sent within
+    the cell's steady window."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in _steady_cells(df):
         steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
-        figures = steady[["ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk"]]
+        figures = steady[["ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]]
         pct = figures.quantile(list(PERCENTILES)).T
         pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-        parts.append(pct.assign(n=figures.count()).rename_axis("figure").reset_index().assign(cell=cell))
+        pct = pct.assign(n=figures.count())
+        parts.append(pct[pct["n"] > 0].rename_axis("figure").reset_index().assign(cell=cell))
     if not parts:
         return pd.DataFrame(columns=["cell", "figure", "p50", "p90", "p99", "n"])
     return pd.concat(parts, ignore_index=True)[["cell", "figure", "p50", "p90", "p99", "n"]]
@@ -414,7 +439,7 @@ def steady_percentiles(df: pd.DataFrame) -> pd.DataFrame:
 
 def _steady_cells(df: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]]:
     """Each free-running cell with its send and end times (s from its first send) and window."""
-    free = df[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES))]
+    free = df.loc[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES)), STEADY_INPUTS]
     for cell, group in free.groupby("cell", sort=False):
         origin = float(group["sent_at"].min())
         sent = (group["sent_at"] - origin).to_numpy()

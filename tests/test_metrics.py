@@ -242,3 +242,12 @@ def test_records_without_some_fields_still_load():
                                  "completion_tokens": 101, "chunks": 20}])
     assert df.loc[0, "decode_tps"] == pytest.approx(100.0)
     assert bool(df.loc[0, "ok"])
+
+
+def test_warm_up_and_priming_requests_enter_no_figure():
+    priming = {**rec(ttft_s=5.0, total_s=6.0), "measured": False}
+    failed_warm_up = {**rec(error="http_500", comp=None), "measured": False}
+    df = metrics.records_frame([rec(), priming, failed_warm_up])
+    assert len(df) == 1
+    assert metrics.single_stream_table(df).loc["code", "ttft_s"] == pytest.approx(0.1)
+    assert metrics.failures_table(df).empty

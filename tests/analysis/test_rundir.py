@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.rundir import RunDirError, SkippedLinesWarning, load_run, read_journal
+from analysis import rundir
+from analysis.rundir import RunDirError, SkippedLinesWarning, load_run, read_records_frame
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(write_run, protocol_records):
     run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen')
     with pytest.warns(SkippedLinesWarning, match=r"records.jsonl: skipped a torn last line \(line 15\)"):
-        assert len(list(read_journal(run_dir))) == 14
+        assert len(read_records_frame(run_dir)) == 14
 
 
 def test_a_bad_line_in_the_middle_is_reported_by_number(write_run, protocol_records):
@@ -18,16 +19,23 @@ def test_a_bad_line_in_the_middle_is_reported_by_number(write_run, protocol_reco
     lines = (run_dir / "records.jsonl").read_bytes().splitlines()
     (run_dir / "records.jsonl").write_bytes(b"\n".join(lines[:3] + [b"garbage"] + lines[3:]) + b"\n")
     with pytest.warns(SkippedLinesWarning, match=r"skipped 1 unreadable line\(s\), first at line 4"):
-        assert len(list(read_journal(run_dir))) == 14
+        assert len(read_records_frame(run_dir)) == 14
+
+
+def test_lines_split_across_read_blocks_are_joined(write_run, protocol_records, monkeypatch):
+    run_dir = write_run(protocol_records)
+    whole = read_records_frame(run_dir)
+    monkeypatch.setattr(rundir, "BLOCK_BYTES", 100)  # every record spans several blocks
+    assert read_records_frame(run_dir).equals(whole)
 
 
 def test_blank_lines_are_not_records(write_run, protocol_records):
     run_dir = write_run(protocol_records, tail=b"\n\n")
-    assert len(list(read_journal(run_dir))) == 14
+    assert len(read_records_frame(run_dir)) == 14
 
 
 def test_a_records_file_can_be_given_directly(write_run, protocol_records):
-    assert len(list(read_journal(write_run(protocol_records) / "records.jsonl"))) == 14
+    assert len(read_records_frame(write_run(protocol_records) / "records.jsonl")) == 14
 
 
 def test_a_run_without_a_manifest_has_an_empty_one_and_is_labelled_by_its_directory(write_run, protocol_records):
