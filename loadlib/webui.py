@@ -5,9 +5,10 @@ whose rows ride on the UI's own `/stats/requests` poll (`extended_stats`), links
 Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab can only show a
 table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
 
-Every figure comes from the post-processor's own functions (`ProtocolTables`,
-`metrics.ttft_percentiles`, `metrics.failures_table`, `metrics.timeline`) applied to the records
-that the run's session holds; on a master those are every worker's records.
+Every figure comes from the post-processor's own functions (`ProtocolTables`, and from
+`loadlib.metrics` the TTFT percentiles, failures, prefill/cache, steady-state and timeline
+tables) applied to the records that the run's session holds; on a master those are every
+worker's records. The report is the end-of-run summary's own `render_run_summary`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from locust.env import Environment
 from werkzeug.datastructures import ImmutableMultiDict
 
 from analysis import text
-from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, render_protocol_summary
+from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables
 from loadlib import metrics
+from loadlib.profile_summary import render_run_summary
 from loadlib.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -122,7 +124,7 @@ class LiveFigures:
         return self.session.records
 
     def report(self) -> str:
-        """The end-of-run summary once saved, else the same tables from the records so far."""
+        """The end-of-run summary once saved, else the same summary of the records so far."""
         session = self.session
         if session.run_dir is None:
             return "No run yet: start one from the web UI's form.\n"
@@ -130,7 +132,7 @@ class LiveFigures:
         if saved.exists():
             return saved.read_text(encoding="utf-8")
         return (f"Run in progress ({len(session.records)} requests so far); run files: {session.run_dir}\n\n"
-                + render_protocol_summary(session.records, session.manifest) + "\n")
+                + render_run_summary(session.records, session.manifest, session.profile) + "\n")
 
     def view(self) -> dict[str, Any]:
         """Phase, settings, table rows and chart series, as JSON-ready values."""
