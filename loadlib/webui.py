@@ -91,7 +91,7 @@ def install(environment: Environment) -> None:
 
 @dataclass(frozen=True)
 class Slot:
-    """One row of the tab: a single-stream scenario or a concurrency cell."""
+    """One row of the tab: a single-stream scenario, a concurrency cell or a free-running cell."""
 
     cell: str
     case: str
@@ -144,7 +144,7 @@ class LiveFigures:
         current = _current_index(plan, phase)
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
-        return {"phase": _phase_text(session, slots, phase, current, state), "state": state,
+        return {"phase": _phase_text(session, slots, len(plan), phase, current, state), "state": state,
                 "settings": _settings_text(self.environment),
                 "target": _target_text(self.environment), "columns": COLUMNS, "rows": rows,
                 "series": series, "run_dir": str(session.run_dir or ""), "requests": len(session.records)}
@@ -225,7 +225,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
 
 
 def _rounds_done(complete: Any, own: pd.DataFrame, planned: int | None) -> str:
-    """"2 of 3 rounds": rounds that count (every stream succeeded) of those planned."""
+    """Rounds that count (every stream succeeded) of those planned, as "2 of 3 rounds"."""
     if own.empty:
         return text.MISSING
     return f"{int(complete or 0)} of {planned or own['round'].nunique()} rounds"
@@ -316,12 +316,11 @@ def _progress(phase: dict[str, Any], short: bool = False) -> str:
     return f"{elapsed} of {phase['duration_s']:.0f} s" if phase.get("duration_s") else elapsed
 
 
-def _phase_text(session: Any, slots: list[Slot], phase: dict[str, Any], current: int | None,
+def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str, Any], current: int | None,
                 runner_state: str) -> str:
     """What the run is doing now, in words."""
     if session.conductor is None:
         return "No run yet: start one with the form (New test)"
-    plan_size = len(getattr(session.conductor, "plan", []))
     if phase.get("state") == "finished":
         return f"Finished: all {plan_size} cells done, {len(session.records)} requests"
     if current is None:
@@ -381,16 +380,13 @@ def _checked_start_form(environment: Environment, locust_view: Callable[[], Any]
     types = _web_ui_option_types()
 
     def swarm() -> Any:
-        ours, error = {}, None
-        for name, parse in types.items():
-            if name in request.form:
-                try:
-                    ours[name] = parse(request.form[name])
-                except (argparse.ArgumentTypeError, ValueError) as exc:
-                    error = f"--{name.replace('_', '-')}: {exc}"
-                    break
-        if error:
-            return jsonify({"success": False, "message": error, "host": environment.host})
+        ours = {}
+        for name in types.keys() & request.form.keys():
+            try:
+                ours[name] = types[name](request.form[name])
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                message = f"--{name.replace('_', '-')}: {exc}"
+                return jsonify({"success": False, "message": message, "host": environment.host})
         request.form = ImmutableMultiDict([(k, v) for k, v in request.form.items(multi=True) if k not in ours])
         vars(environment.parsed_options).update(ours)
         return locust_view()
