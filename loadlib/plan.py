@@ -16,24 +16,24 @@ def build_scenarios(profile: Profile) -> list[tuple[Scenario, float]]:
     size, sharing the scenario's weight)."""
     seed = profile.seed
     out: list[tuple[Scenario, float]] = []
-    for kind, spec in profile.scenarios.in_order():
+    for name, spec in profile.scenarios.items():
         params = request_params(spec.max_tokens, spec.thinking)
-        if kind == "protocol":
+        if spec.kind == "protocol":
             out.append((ProtocolScenario(spec.single, params, spec.cache), spec.weight))
-        elif kind == "radix-hit":
-            out.append((RadixHit(spec.prompt, spec.prime, params), spec.weight))
-        elif kind == "distinct-issues":
-            out.append((DistinctIssues(seed, params, spec.cache), spec.weight))
-        elif kind == "long-context":
+        elif spec.kind == "radix-hit":
+            out.append((RadixHit(spec.prompt, spec.prime, params, name), spec.weight))
+        elif spec.kind == "distinct-issues":
+            out.append((DistinctIssues(seed, params, spec.cache, name), spec.weight))
+        elif spec.kind == "long-context":
             calibration, filler = Calibration(), Filler()
-            out += [(LongContext(size, calibration, filler, params), spec.weight / len(spec.sizes))
+            out += [(LongContext(size, calibration, filler, params, name), spec.weight / len(spec.sizes))
                     for size in spec.sizes]
-        elif kind == "multi-turn":
-            out.append((MultiTurn(spec.turns, params), spec.weight))
-        elif kind == "tool-call":
-            out.append((ToolCall(spec.tool_choice, seed, params, spec.cache), spec.weight))
-        elif kind == "vision":
-            out.append((Vision(spec.image_px, params, spec.cache), spec.weight))
+        elif spec.kind == "multi-turn":
+            out.append((MultiTurn(spec.turns, params, name), spec.weight))
+        elif spec.kind == "tool-call":
+            out.append((ToolCall(spec.tool_choice, seed, params, spec.cache, name), spec.weight))
+        elif spec.kind == "vision":
+            out.append((Vision(spec.image_px, params, spec.cache, name), spec.weight))
     return out
 
 

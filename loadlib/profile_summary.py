@@ -17,7 +17,7 @@ from analysis import text
 from analysis.document import Document, Section
 from analysis.formats import console
 from analysis.report import prefill, steady_percentiles, steady_state
-from analysis.summary import render_protocol_summary
+from analysis.summary import cut_short, render_protocol_summary
 from loadlib import metrics
 from loadlib.profiles import Profile
 
@@ -26,14 +26,14 @@ DEFAULT_SLO_DECODE_TPS = 20.0
 
 
 def render_run_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any], profile: Profile) -> str:
-    measured = [record for record in records if record.get("measured", True)]
-    df = metrics.records_frame(measured)
+    records = list(records)
+    df = metrics.records_frame(records)  # measured requests only
     extra = [prefill(metrics.prefill_table(df[df["scenario"].str.startswith("long-context")])),
              cache_section(df), turn_section(df)]
     if profile.load.mode == "rounds":
         shown = [section for section in extra if not section.data.empty]
         tail = console.render(Document("", shown)).lstrip("\n") if shown else ""
-        return render_protocol_summary(measured, manifest) + ("\n\n" + tail if tail else "")
+        return render_protocol_summary(records, manifest) + ("\n\n" + tail if tail else "")
     ttft = profile.slo.ttft_s or DEFAULT_SLO_TTFT_S
     decode = profile.slo.decode_tps or DEFAULT_SLO_DECODE_TPS
     sections = [steady_state(metrics.steady_state_table(df, ttft, decode), ttft, decode),
@@ -50,6 +50,9 @@ def heading(df: pd.DataFrame, manifest: Mapping[str, Any], profile: Profile) -> 
     thinking = set(df["thinking"].astype(bool))
     parts.append("thinking " + ("on and off" if len(thinking) > 1 else "ON" if True in thinking else "off"))
     parts.append(f"{len(df)} measured requests, {int((~df['ok']).sum())} failed")
+    cut = cut_short(manifest)
+    if cut:
+        parts.append(f"CUT SHORT ({cut}): the figures cover only the requests that finished")
     return "uni-bench summary: " + ", ".join(parts)
 
 
@@ -80,21 +83,27 @@ def cache_section(df: pd.DataFrame) -> Section:
 
 
 def turn_section(df: pd.DataFrame) -> Section:
-    """Multi-turn conversations: TTFT per turn, beside the growing prompt and its cached part."""
+    """Multi-turn conversations: TTFT per scenario and turn, beside the growing prompt and its
+    cached part."""
     turns = df[df["turn"].notna()].assign(turn=lambda d: d["turn"].astype(int))
-    table = metrics.ttft_percentiles(turns, by="turn")
-    ok = turns[turns["ok"]].groupby("turn")
-    table = table.assign(prompt_tokens=ok["prompt_tokens"].mean(), cached_tokens=ok["cached_tokens"].mean())
-    table = table.sort_index().reset_index(names="turn") if not table.empty else table.reset_index()
+    parts = []
+    for scenario, group in turns.groupby("scenario", sort=False):
+        ok = group[group["ok"]].groupby("turn")
+        parts.append(metrics.ttft_percentiles(group, by="turn").assign(
+            scenario=scenario, prompt_tokens=ok["prompt_tokens"].mean(),
+            cached_tokens=ok["cached_tokens"].mean()).sort_index().reset_index(names="turn"))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["scenario", "turn", "p50", "p90", "p99", "n", "prompt_tokens", "cached_tokens"])
     return Section(
         "turns", "Multi-turn: TTFT per turn (s; each turn resends the history, so later turns hit the cache)",
         table, pd.DataFrame({
-            "turn": [str(t) for t in table.get("turn", [])],
+            "scenario": [str(s) for s in table["scenario"]],
+            "turn": [str(t) for t in table["turn"]],
             "prompt tokens": text.column(table.get("prompt_tokens", []), 0),
             "cached tokens": text.column(table.get("cached_tokens", []), 0),
             **{col: text.column(table.get(col, []), 3) for col in ("p50", "p90", "p99")},
             "n": text.column(table.get("n", []), 0),
-        }), keys=("turn",), optional=True)
+        }), keys=("scenario", "turn"), left=("scenario",), optional=True)
 
 
 def failures_section(df: pd.DataFrame) -> Section:

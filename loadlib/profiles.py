@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, field_validator)
 
 from loadlib.prompts import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
 from loadlib.scenarios.radix import DEFAULT_PROMPT, prompt_text
@@ -31,7 +31,7 @@ class ProfileError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class RequestSpec(_Strict):
@@ -55,6 +55,7 @@ class _ScenarioSpec(_Strict):
 
 
 class ProtocolSpec(_ScenarioSpec):
+    kind: Literal["protocol"]
     single: list[str] = Field(default_factory=lambda: list(SINGLE_STREAM_SCENARIOS))
     cache: Literal["cold", "any"] = "any"
 
@@ -68,6 +69,7 @@ class ProtocolSpec(_ScenarioSpec):
 
 
 class RadixHitSpec(_ScenarioSpec):
+    kind: Literal["radix-hit"]
     prompt: str = DEFAULT_PROMPT  # a protocol prompt name or a shipped work item id
     prime: bool = True
 
@@ -80,10 +82,12 @@ class RadixHitSpec(_ScenarioSpec):
 
 
 class DistinctIssuesSpec(_ScenarioSpec):
+    kind: Literal["distinct-issues"]
     cache: Literal["cold", "any"] = "any"
 
 
 class LongContextSpec(_ScenarioSpec):
+    kind: Literal["long-context"]
     sizes: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_SIZES), min_length=1)
 
     @field_validator("sizes")
@@ -95,45 +99,25 @@ class LongContextSpec(_ScenarioSpec):
 
 
 class MultiTurnSpec(_ScenarioSpec):
+    kind: Literal["multi-turn"]
     turns: PositiveInt = 4
 
 
 class ToolCallSpec(_ScenarioSpec):
+    kind: Literal["tool-call"]
     tool_choice: Literal["auto", "required"] = "auto"
     cache: Literal["cold", "any"] = "any"
 
 
 class VisionSpec(_ScenarioSpec):
+    kind: Literal["vision"]
     image_px: int = Field(64, ge=8, le=1024)
     cache: Literal["cold", "any"] = "any"
 
 
-class ScenariosSpec(_Strict):
-    """Which scenarios, keyed by their names; `in_order()` keeps the file's order."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    protocol: ProtocolSpec | None = None
-    radix_hit: RadixHitSpec | None = Field(None, alias="radix-hit")
-    distinct_issues: DistinctIssuesSpec | None = Field(None, alias="distinct-issues")
-    long_context: LongContextSpec | None = Field(None, alias="long-context")
-    multi_turn: MultiTurnSpec | None = Field(None, alias="multi-turn")
-    tool_call: ToolCallSpec | None = Field(None, alias="tool-call")
-    vision: VisionSpec | None = None
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_order(cls, data: Any, handler: Any) -> "ScenariosSpec":
-        spec = handler(data)
-        if isinstance(data, dict):
-            if not data:
-                raise ValueError("name at least one scenario")
-            object.__setattr__(spec, "_order", tuple(data))
-        return spec
-
-    def in_order(self) -> Iterator[tuple[str, _ScenarioSpec]]:
-        by_alias = {field.alias or name: name for name, field in type(self).model_fields.items()}
-        for key in getattr(self, "_order", ()):
-            yield key, getattr(self, by_alias[key])
+ScenarioSpec = Annotated[Union[ProtocolSpec, RadixHitSpec, DistinctIssuesSpec, LongContextSpec, MultiTurnSpec,
+                               ToolCallSpec, VisionSpec], Field(discriminator="kind")]
+KINDS = ("protocol", "radix-hit", "distinct-issues", "long-context", "multi-turn", "tool-call", "vision")
 
 
 class RoundsLoad(_Strict):
@@ -176,12 +160,24 @@ Load = Annotated[Union[RoundsLoad, ClosedLoad, OpenLoad, LadderLoad], Field(disc
 
 
 class Profile(_Strict):
+    """A whole profile. `scenarios` maps a name (the records' `scenario`) to its settings; the
+    name is also the scenario's kind unless the table says `kind = ...`, so one kind can appear
+    twice (e.g. multi-turn chat with thinking on and off). Rounds play them in the file's order."""
+
     description: str = ""
     seed: int = 0  # the mix's draws, the work items' order, Poisson arrivals
     request: RequestSpec = RequestSpec()
     load: Load = RoundsLoad()
-    scenarios: ScenariosSpec
+    scenarios: dict[str, ScenarioSpec] = Field(min_length=1)
     slo: Slo = Slo()
+
+    @field_validator("scenarios", mode="before")
+    @classmethod
+    def _kind_from_name(cls, scenarios: Any) -> Any:
+        if not isinstance(scenarios, dict):
+            return scenarios
+        return {name: {"kind": name, **spec} if isinstance(spec, dict) and "kind" not in spec else spec
+                for name, spec in scenarios.items()}
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -204,17 +200,21 @@ def load_profile(path: str | Path) -> Profile:
 def describe(error: Any) -> str:
     """`KEY: what is wrong` from one pydantic error, with TOML's dotted key names."""
     loc = [str(part) for part in error["loc"]]
-    if loc[:1] == ["load"] and len(loc) > 1 and loc[1] in MODES:
-        del loc[1]  # the union member pydantic tried, not a key of the file
+    tag, choices = ("kind", KINDS) if loc[:1] == ["scenarios"] else ("mode", MODES)
+    depth = 2 if tag == "kind" else 1  # the union member pydantic tried comes after this, not a key
+    if len(loc) > depth and loc[depth] in choices:
+        del loc[depth]
     kind = error["type"]
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        loc.append("mode")
-        message = (f"expected one of {', '.join(MODES)}, got {error['input'].get('mode')!r}"
-                   if kind == "union_tag_invalid" else f"missing (one of {', '.join(MODES)})")
+        loc.append(tag)
+        message = (f"expected one of {', '.join(choices)}, got {error['input'].get(tag)!r}"
+                   if kind == "union_tag_invalid" else f"missing (one of {', '.join(choices)})")
     elif kind == "extra_forbidden":
         message = "unknown key"
     elif kind == "missing":
         message = "missing (required)"
+    elif kind == "too_short" and loc == ["scenarios"]:
+        message = "name at least one scenario"
     else:
         message = error["msg"].removeprefix("Value error, ")
     return f"{'.'.join(loc) or 'profile'}: {message}"

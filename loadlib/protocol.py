@@ -25,11 +25,11 @@ from gevent.event import Event
 from locust.event import EventHook
 
 from loadlib.client import RequestTag
-from loadlib.scenarios import ANY, COLD, Cell, Job, ProtocolScenario, Scenario
+from loadlib.scenarios import ANY, COLD, Cell, Job, Scenario
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Assignment", "Cell", "Conductor", "Driver", "protocol_plan"]
+__all__ = ["Assignment", "Cell", "Conductor", "Driver"]
 
 USERS_WAIT_S = 120.0  # how long a cell waits for its users to be spawned before going on
 
@@ -55,12 +55,6 @@ class Assignment:
     def from_message(cls, data: dict[str, Any]) -> "Assignment":
         return cls(data["request_id"], data["start_at"], data["body"], RequestTag(**data["tag"]),
                    data["cache_intended"], data["measured"], data["turn"])
-
-
-def protocol_plan(scenarios: list[str], concurrency: list[int], rounds: int,
-                  params: dict[str, Any] | None = None) -> list[Cell]:
-    """The thread's order: single stream per scenario, then per N the same and different cells."""
-    return ProtocolScenario(scenarios, params).round_cells(concurrency, rounds)
 
 
 BodyBuilder = Callable[[Job], dict[str, Any]]  # a job -> its request body

@@ -279,8 +279,7 @@ def run_profile(opts: Any) -> Profile:
     opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
     if profile.load.mode == "rounds":
         opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
-    protocol = profile.scenarios.protocol
-    opts.scenarios = list(protocol.single) if protocol else []
+    opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
     return profile
 
 

@@ -36,12 +36,13 @@ class Scenario:
     cache: str = ANY  # what the cells of this scenario set up: COLD flushes before each round
     same_prompt: bool = False  # every stream sends the identical prompt (the "same" case)
 
-    def __init__(self, params: dict[str, Any] | None = None) -> None:
+    def __init__(self, params: dict[str, Any] | None = None, name: str | None = None) -> None:
         self.params = dict(params or {})  # per-scenario request overrides (max_tokens, thinking)
+        self.base_name = name or self.kind  # a profile's name for it (one kind may appear twice)
 
     @property
     def name(self) -> str:
-        return self.kind
+        return self.base_name
 
     def label(self, stream: int) -> str:
         """The `scenario` its records on `stream` carry (protocol cells: a prompt per stream)."""

@@ -34,8 +34,9 @@ def item_prompt(item: WorkItem) -> str:
 class DistinctIssues(Scenario):
     kind = "distinct-issues"
 
-    def __init__(self, seed: int = 0, params: dict[str, Any] | None = None, cache: str | None = None) -> None:
-        super().__init__(params)
+    def __init__(self, seed: int = 0, params: dict[str, Any] | None = None, cache: str | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(params, name)
         self.cache = cache or self.cache
         self.cycle = ItemCycle(seed)
 

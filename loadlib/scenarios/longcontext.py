@@ -1,8 +1,8 @@
 """`long-context`: cold prefill at target prompt sizes in the server's own tokens.
 
-The client has no tokenizer, so sizes are calibrated: two probes (the prompt's frame alone, and
-the frame with a slice of filler) give the frame's tokens and the filler's characters per token
-from `usage.prompt_tokens`; each answer at a size then corrects that size's ratio. Every prompt
+The client has no tokenizer, so sizes are calibrated from `usage.prompt_tokens`: two probes (the
+prompt's frame alone, and the frame with a slice of filler) give the frame's tokens and a first
+characters-per-token sample, and every answer adds another (see `Calibration`). Every prompt
 starts with a fresh nonce, so no prefix (radix) cache can hit beyond the chat template's own
 framing, and its cells flush the cache first where the server offers it.
 """
@@ -42,25 +42,37 @@ class Filler:
 
 
 class Calibration:
-    """Tokens of the prompt frame and characters per token of the filler, per target size."""
+    """How many filler characters make a prompt of N server tokens, learnt from answers.
+
+    The frame (nonce, header, question, chat template) costs a fixed number of tokens; the
+    filler's tokens per character drift along the text (logs and code tokenize denser than
+    prose). So every answer adds a sample (filler characters, filler tokens), and a size is
+    interpolated between the samples around it, or, beyond the largest, extrapolated at the
+    largest sample's average rate, which is the best estimate for text further on.
+    """
 
     def __init__(self) -> None:
         self.frame_tokens: int | None = None
-        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
-        self.by_size: dict[int, float] = {}
+        self.samples: list[tuple[int, int]] = [(0, 0)]  # (filler chars, filler tokens)
 
     def chars_for(self, tokens: int) -> int:
-        ratio = self.by_size.get(tokens, self.chars_per_token)
-        return max(0, round((tokens - (self.frame_tokens or 0)) * ratio))
+        need = tokens - (self.frame_tokens or 0)
+        points = sorted(self.samples)
+        for (c0, t0), (c1, t1) in zip(points, points[1:]):
+            if t0 <= need <= t1 and t1 > t0:
+                return max(0, round(c0 + (need - t0) * (c1 - c0) / (t1 - t0)))
+        chars, filler_tokens = points[-1]
+        ratio = chars / filler_tokens if filler_tokens > 0 else DEFAULT_CHARS_PER_TOKEN
+        return max(0, round(need * ratio))
 
-    def learn(self, frame_tokens: int | None, probe_tokens: int | None) -> None:
-        if frame_tokens and probe_tokens and probe_tokens > frame_tokens:
-            self.frame_tokens = frame_tokens
-            self.chars_per_token = PROBE_CHARS / (probe_tokens - frame_tokens)
-
-    def correct(self, target: int, chars: int, prompt_tokens: int | None) -> None:
-        if self.frame_tokens is not None and prompt_tokens and prompt_tokens > self.frame_tokens and chars:
-            self.by_size[target] = chars / (prompt_tokens - self.frame_tokens)
+    def learn(self, frame_tokens: int | None, chars: int, prompt_tokens: int | None) -> None:
+        """Adds what one prompt with `chars` filler characters cost (a frame-only probe sets the frame)."""
+        if not prompt_tokens:
+            return
+        if chars == 0:
+            self.frame_tokens = frame_tokens = prompt_tokens
+        if frame_tokens is not None and chars and prompt_tokens > frame_tokens:
+            self.samples.append((chars, prompt_tokens - frame_tokens))
 
 
 class LongContext(Scenario):
@@ -70,8 +82,8 @@ class LongContext(Scenario):
     cache = COLD
 
     def __init__(self, target_tokens: int, calibration: Calibration, filler: Filler,
-                 params: dict[str, Any] | None = None) -> None:
-        super().__init__(params)
+                 params: dict[str, Any] | None = None, name: str | None = None) -> None:
+        super().__init__(params, name)
         self.target_tokens = target_tokens
         self.calibration = calibration
         self.filler = filler
@@ -79,7 +91,7 @@ class LongContext(Scenario):
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.label}"
+        return f"{self.base_name}-{self.label}"
 
     def next(self, stream: int) -> Job:
         return self._job(self.name, self._messages(self.calibration.chars_for(self.target_tokens)))
@@ -94,13 +106,15 @@ class LongContext(Scenario):
             return
         probes = [Job("calibrate", self._messages(chars), {**self.params, "max_tokens": PROBE_TOKENS}, COLD)
                   for chars in (0, PROBE_CHARS)]
-        frame, probe = send(probes, "calibrate")
-        calibration.learn(frame.get("prompt_tokens"), probe.get("prompt_tokens"))
+        for job, record in zip(probes, send(probes, "calibrate")):
+            calibration.learn(calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))
 
     def observe(self, job: Job, record: dict[str, Any]) -> None:
         if job.scenario == self.name:
-            chars = len(job.messages[0]["content"]) - len(self._messages(0)[0]["content"])
-            self.calibration.correct(self.target_tokens, chars, record.get("prompt_tokens"))
+            self.calibration.learn(self.calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))
+
+    def _filler_chars(self, job: Job) -> int:
+        return len(job.messages[0]["content"]) - len(self._messages(0)[0]["content"])
 
     def _messages(self, chars: int) -> list[dict[str, Any]]:
         nonce = f"[{uuid.uuid4().hex}]\n"

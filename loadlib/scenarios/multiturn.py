@@ -24,8 +24,8 @@ class _Progress:
 class MultiTurn(Scenario):
     kind = "multi-turn"
 
-    def __init__(self, turns: int = 4, params: dict[str, Any] | None = None) -> None:
-        super().__init__(params)
+    def __init__(self, turns: int = 4, params: dict[str, Any] | None = None, name: str | None = None) -> None:
+        super().__init__(params, name)
         self.turns = turns
         self._scripts = conversations()
         self._started = 0

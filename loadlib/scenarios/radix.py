@@ -27,8 +27,8 @@ class RadixHit(Scenario):
     same_prompt = True
 
     def __init__(self, prompt: str = DEFAULT_PROMPT, prime: bool = True,
-                 params: dict[str, Any] | None = None) -> None:
-        super().__init__(params)
+                 params: dict[str, Any] | None = None, name: str | None = None) -> None:
+        super().__init__(params, name)
         text = prompt_text(prompt)
         if text is None:
             raise ValueError(f"unknown prompt {prompt!r}")

@@ -23,8 +23,8 @@ class ToolCall(Scenario):
     kind = "tool-call"
 
     def __init__(self, tool_choice: str = "auto", seed: int = 0, params: dict[str, Any] | None = None,
-                 cache: str | None = None) -> None:
-        super().__init__(params)
+                 cache: str | None = None, name: str | None = None) -> None:
+        super().__init__(params, name)
         self.cache = cache or self.cache
         self.tool_choice = tool_choice
         self.cycle = ItemCycle(seed + 1)  # another order than distinct-issues with the same seed

@@ -21,8 +21,8 @@ class Vision(Scenario):
     kind = "vision"
 
     def __init__(self, image_px: int = 64, params: dict[str, Any] | None = None,
-                 cache: str | None = None) -> None:
-        super().__init__(params)
+                 cache: str | None = None, name: str | None = None) -> None:
+        super().__init__(params, name)
         self.cache = cache or self.cache
         self.image_url = data_url(bar_chart_png(image_px))
         self._questions = itertools.cycle(QUESTIONS)
