@@ -114,7 +114,7 @@ class LiveFigures:
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
         self._key: tuple[int, int, int] | None = None
-        self._cached: tuple[list[Slot], list[dict[str, str]], dict[str, Any]] = ([], [], {})
+        self._cached: tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]] | None = None
 
     @property
     def session(self) -> Any:
@@ -140,12 +140,12 @@ class LiveFigures:
         conductor = session.conductor
         phase = dict(conductor.phase) if conductor is not None else {}
         plan = list(getattr(conductor, "plan", []))
-        slots, figures, series = self._figures(conductor, plan)
+        frame, slots, figures, series = self._figures(conductor, plan)
         current = _current_index(plan, phase)
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
         return {"phase": _phase_text(session, slots, len(plan), phase, current, state), "state": state,
-                "settings": _settings_text(self.environment),
+                "settings": _settings_text(self.environment, plan, frame),
                 "target": _target_text(self.environment), "columns": COLUMNS, "rows": rows,
                 "series": series, "run_dir": str(session.run_dir or ""), "requests": len(session.records)}
 
@@ -160,15 +160,17 @@ class LiveFigures:
                 *unbroken,
                 {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank}]
 
-    def _figures(self, conductor: Any, plan: list[Any]) -> tuple[list[Slot], list[dict[str, str]], dict[str, Any]]:
-        """Rows and their figures, and the chart series: recomputed only when records arrive."""
+    def _figures(self, conductor: Any, plan: list[Any]
+                 ) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]]:
+        """The records' frame, the rows and their figures, the chart series: recomputed only when
+        records arrive."""
         records = self.session.records
         key = (id(records), len(records), id(conductor))
-        if key != self._key:
+        if self._cached is None or key != self._key:
             frame = metrics.records_frame(records)
             slots = _slots(plan, frame)
             figures = _slot_figures(frame)
-            self._cached = (slots, [figures(slot) for slot in slots], _series(frame))
+            self._cached = (frame, slots, [figures(slot) for slot in slots], _series(frame))
             self._key = key
         return self._cached
 
@@ -329,18 +331,23 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str
     return f"Now: {stopped}cell {current + 1} of {plan_size}: {slots[current].label}, {_progress(phase)}"
 
 
-def _settings_text(environment: Environment) -> str:
-    """What is being measured: the run's manifest once it started, else the options as they stand.
+def _settings_text(environment: Environment, plan: list[Any], frame: pd.DataFrame) -> str:
+    """What is being measured: max tokens and thinking as the records show them (a profile may
+    mix them), rounds as the plan has them, else the options as they stand.
 
     The target is left out: Locust's header shows it, and the page shows it apart.
     """
-    manifest = environment.uni_session.manifest or {}
-    protocol, opts = manifest.get("protocol", {}), environment.parsed_options
-    rounds = protocol.get("rounds", opts.rounds)
-    parts = [f"Model {manifest.get('model') or opts.model or '(first of /v1/models)'}",
-             f"max tokens {protocol.get('max_tokens', opts.max_tokens)}",
-             f"{rounds} round{'s' if rounds != 1 else ''}",
-             "thinking " + ("ON" if protocol.get("thinking", opts.thinking) else "off")]
+    session, opts = environment.uni_session, environment.parsed_options
+    profile = getattr(session, "profile", None)
+    max_tokens = sorted(frame["max_tokens"].dropna().astype(int).unique()) or [opts.max_tokens]
+    thinking = set(frame["thinking"].astype(bool)) or {bool(opts.thinking)}
+    rounds = sorted({cell.rounds for cell in plan if cell.rounds}) or [opts.rounds]
+    mode = profile.load.mode if profile is not None else "rounds"
+    parts = [f"Model {(session.manifest or {}).get('model') or opts.model or '(first of /v1/models)'}",
+             "max tokens " + "/".join(map(str, max_tokens)),
+             "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == "rounds"
+             else f"{mode} load",
+             "thinking " + ("on and off" if len(thinking) > 1 else "ON" if True in thinking else "off")]
     if opts.profile:
         parts.append(f"profile {opts.profile}")
     return " · ".join(parts)
