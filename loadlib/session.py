@@ -76,6 +76,8 @@ class RunSession:
         """Checks the inputs (the profile too), then starts the built-in simulator when no --host
         was given."""
         self.profile = run_profile(self.opts)
+        if self.opts.num_users is not None and self.opts.num_users < 1:
+            _usage_error(f"-u/--users: must be at least 1, got {self.opts.num_users}")
         check_run_dir_free(self.opts.run_dir)
         if not self.environment.host:
             from loadlib.sim.process import start_simulator
@@ -116,6 +118,7 @@ class RunSession:
                                        plan=plan)
         if opts.profile:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
+        self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
         servertruth.attach(self, api_key)
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.profile.load.mode,
@@ -129,7 +132,9 @@ class RunSession:
         self.summarized = True
         from loadlib.profile_summary import render_run_summary
 
-        text = render_run_summary(self.records, self.manifest, self.profile)
+        self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.manifest["finished"] = self.conductor is not None and self.conductor.finished.is_set()
+        text = render_run_summary(self.records, self.manifest, self.profile)  # says when it was cut short
         snapshots = self.selfwatch_snapshots()
         self.manifest["client_watch"] = snapshots
         if self.conductor is not None and self.conductor.flushes:
@@ -138,8 +143,6 @@ class RunSession:
         notes = client_limited(snapshots)
         if notes:
             text += "\nCLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(notes) + "\n"
-        if self.conductor is not None and not self.conductor.finished.is_set():
-            text += "\nThe run was cut short: the figures cover only the requests that finished.\n"
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         if self.journal is not None:
             self.journal.close()
@@ -324,6 +327,16 @@ def _usage_error(message: str) -> None:
 
 
 def check_run_dir_free(requested: str) -> None:
-    """An explicit --run-dir that already holds records is refused before anything starts."""
-    if requested and (Path(requested) / "records.jsonl").exists():
+    """An explicit --run-dir must be a directory this process can create or use, holding no run;
+    anything else is refused before anything starts."""
+    if not requested:
+        return
+    path = Path(requested)
+    if (path / "records.jsonl").exists() or (path / "manifest.json").exists():
         _usage_error(f"--run-dir {requested}: already holds a run; choose another directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _usage_error(f"--run-dir {requested}: cannot create it: {exc.strerror or exc}")
+    if not os.access(path, os.W_OK):
+        _usage_error(f"--run-dir {requested}: not writable")
