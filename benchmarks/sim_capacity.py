@@ -4,7 +4,8 @@ For each load point (streams, target chunks/s) this starts a fresh simulator who
 makes a verify step for that many streams last `streams / target` seconds, keeps that many
 streams open from a lean client in a separate process (epoll, counts `data: ` lines, never
 parses JSON), and prints the achieved chunks/s, the simulator's CPU share and CPU µs per chunk,
-and its own scheduling lag (p50/p99/max from /metrics).
+and its own scheduling lag (p50/p99/max from /metrics). Run it on an otherwise idle machine: the
+simulator and the client need a core each.
 
     python benchmarks/sim_capacity.py [--seconds 6] [--points 8:10000,64:50000,256:50000]
 
@@ -24,12 +25,14 @@ import socket
 import time
 import urllib.request
 
+from loadlib.sim.engine import LAG_WINDOW_S
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
 from loadlib.sim.process import start_simulator
 
 PROMPT = ("You are an expert Python engineer. Write a complete implementation of a thread-safe "
           "LRU cache class with TTL expiration support, including unit tests.")
 TOKENS = 200_000  # long enough that no stream ends (and re-prefills) during a load point
+GRACE_S = 3.0  # the client reads on this long after the measured window
 
 
 def _request(host: str, port: int, i: int) -> bytes:
@@ -43,7 +46,9 @@ def _request(host: str, port: int, i: int) -> bytes:
 
 
 def client(host: str, port: int, streams: int, seconds: float, warmup: float, out) -> None:
-    """Holds `streams` streams open and reports chunks counted after `warmup` seconds."""
+    """Holds `streams` streams open and reports chunks/s counted from `warmup` for `seconds`
+    (it keeps reading a little longer, so the simulator is still loaded when it is asked for
+    its lag)."""
     sel = selectors.EpollSelector()
     socks = []
     for i in range(streams):
@@ -54,7 +59,8 @@ def client(host: str, port: int, streams: int, seconds: float, warmup: float, ou
         sel.register(s, selectors.EVENT_READ)
         socks.append(s)
     start = time.monotonic()
-    measure_from, end = start + warmup, start + warmup + seconds
+    measure_from, measure_to = start + warmup, start + warmup + seconds
+    end = measure_to + GRACE_S
     counted = 0
     tail = {s: b"" for s in socks}
     now = start
@@ -69,7 +75,7 @@ def client(host: str, port: int, streams: int, seconds: float, warmup: float, ou
                 sel.unregister(s)
                 continue
             chunk = tail[s] + data
-            if now >= measure_from:
+            if measure_from <= now < measure_to:
                 counted += chunk.count(b"data: {\"id\"") - tail[s].count(b"data: {\"id\"")
             tail[s] = data[-12:]
         now = time.monotonic()
@@ -104,10 +110,9 @@ def run_point(streams: int, target: float, seconds: float) -> dict[str, float]:
         proc.start()
         time.sleep(warmup)
         cpu0, t0 = cpu_seconds(sim.pid), time.monotonic()
-        urllib.request.urlopen(sim.url + "/metrics", timeout=10).read()  # lag window from here on
         time.sleep(seconds)
         cpu1, t1 = cpu_seconds(sim.pid), time.monotonic()
-        lag = lag_quantiles(sim.url)
+        lag = lag_quantiles(sim.url)  # the last LAG_WINDOW_S seconds, while still loaded
         rate = recv.recv()
         proc.join()
     cpu_share = (cpu1 - cpu0) / (t1 - t0)
@@ -119,7 +124,8 @@ def run_point(streams: int, target: float, seconds: float) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=6.0, help="measured seconds per load point")
+    ap.add_argument("--seconds", type=float, default=max(6.0, LAG_WINDOW_S),
+                    help="measured seconds per load point (at least the /metrics lag window)")
     ap.add_argument("--points", default="8:10000,64:50000,256:20000,256:50000,256:70000",
                     help="comma-separated STREAMS:TARGET_CHUNKS_PER_S")
     args = ap.parse_args()
