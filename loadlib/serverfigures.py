@@ -242,9 +242,8 @@ def _accept_length(dialect: Dialect, start: dict, end: dict, during: list[dict])
         if accepted is not None and drafts:
             return 1 + accepted / drafts, COUNTER
     if dialect.accept_gauge:
-        # A gauge below 1 means no speculative step since the server started: no data, not a figure.
-        values = [v for v in (_gauge_mean(e, dialect.accept_gauge, floor=1.0) for e in [*during, end])
-                  if v is not None]
+        # Below 1: no speculative step since the server started; no data, not a figure.
+        values = _fresh_gauge(dialect.accept_gauge, start, [*during, end], floor=1.0)
         if values:
             return _mean(values), GAUGE
     return None, None
@@ -256,10 +255,18 @@ def _prefix_hit_rate(dialect: Dialect, start: dict, end: dict, during: list[dict
         if hits is not None and queries:
             return hits / queries, COUNTER
     if dialect.cache_gauge:
-        values = [v for v in (_gauge_mean(e, dialect.cache_gauge) for e in [*during, end]) if v is not None]
+        values = _fresh_gauge(dialect.cache_gauge, start, [*during, end])
         if values:
             return _mean(values), GAUGE
     return None, None
+
+
+def _fresh_gauge(name: str, start: dict, entries: list[dict], floor: float = 0.0) -> list[float]:
+    """A gauge's values in `entries`, leaving out those still equal to its value at the cell's
+    start: the server updates such gauges once per logging interval, so an unchanged value
+    belongs to the work before the cell."""
+    before = _gauge_mean(start, name, floor)
+    return [v for v in (_gauge_mean(e, name, floor) for e in entries) if v is not None and v != before]
 
 
 def _value(entry: dict[str, Any], name: str | None, labels: dict[str, str] | None = None) -> float | None:

@@ -100,6 +100,18 @@ def test_a_counter_that_went_back_gives_no_figure():
     assert cell.accept_length is None and cell.prefix_hit_rate is None and cell.requests is None
 
 
+def test_a_gauge_not_updated_during_the_cell_gives_no_figure():
+    # SGLang sets spec_accept_length once per decode-log interval: a value unchanged since the
+    # cell's start belongs to the work before it.
+    entries = recorded_cell("sglang")
+    for entry in entries[1:]:
+        entry["samples"] = [[n, labels, 1.84 if n == "sglang:spec_accept_length" else v]
+                            for n, labels, v in entry["samples"]]
+    [cell] = serverfigures.server_cells(entries)
+    assert cell.accept_length is None and cell.accept_basis is None
+    assert cell.prefix_hit_rate == pytest.approx(0.75)  # the counters still count
+
+
 def test_router_split_counts_requests_per_worker():
     [split] = serverfigures.router_split(recorded_cell("sgl_router", source="router"))
     assert split.source == "router"
