@@ -44,6 +44,7 @@ def add_arguments(parser: Any) -> None:
 
 
 def page_url(text: str) -> str:
+    """argparse type: a metrics page URL (a bare `http://host:port` means its /metrics)."""
     try:
         return metrics_url(text)
     except ValueError as exc:
@@ -51,6 +52,7 @@ def page_url(text: str) -> str:
 
 
 def non_negative_float(text: str) -> float:
+    """argparse type: a number of seconds, 0 allowed."""
     try:
         value = float(text)
     except ValueError:
