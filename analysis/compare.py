@@ -67,9 +67,7 @@ def comparison(figures: pd.DataFrame, labels: list[str]) -> Section:
     figures.loc[figures["run"] == labels[0], ["diff_pct", "beyond_noise"]] = [np.nan, False]
     cells = [_cell(row) for row in figures.itertuples(index=False)]
     order = list(dict.fromkeys(figures["figure"]))
-    view = (figures.assign(cell=cells).pivot(index="figure", columns="run", values="cell")
-            .reindex(index=order, columns=labels).fillna(text.MISSING).rename_axis(columns=None)
-            .reset_index())
+    view = text.grid(figures.assign(cell=cells), "figure", "run", order, labels)
     return Section(
         "comparison", f"Figures per run (value, range over rounds, difference to {labels[0]}; "
         f"{BEYOND_NOISE} = ranges do not overlap, beyond the noise)",
@@ -107,11 +105,10 @@ def determinism(runs: list[Run]) -> Section:
                        for scenario, hashes in zip(data["scenario"], data["hashes"])]
     data.loc[data["run"] == runs[0].label, "differs"] = False
     view_cells = [_output_cell(row, first_run=row.run == runs[0].label) for row in data.itertuples(index=False)]
-    view = (data.assign(cell=view_cells).pivot(index="scenario", columns="run", values="cell")
-            .reindex(columns=[run.label for run in runs]).fillna(text.MISSING).rename_axis(columns=None))
+    scenarios = sorted(data["scenario"].unique(), key=scenario_order)
+    view = text.grid(data.assign(cell=view_cells), "scenario", "run", scenarios, [run.label for run in runs])
     verdict = data.groupby("scenario").apply(_verdict, include_groups=False)
-    view = view.assign(verdict=verdict.reindex(view.index))
-    view = view.reindex(sorted(view.index, key=scenario_order)).reset_index()
+    view["verdict"] = verdict.reindex(scenarios).to_numpy()
     return Section(
         "determinism", "Output determinism (temperature 0: the same prompt should give the same output "
         "hash and completion tokens on every run; where not, a speed difference is not only speed)",

@@ -21,6 +21,8 @@ STATS_COLUMNS = {"Type": "type", "Name": "name", "Request Count": "requests", "F
                  "Median Response Time": "median", "Average Response Time": "average", "99%": "p99",
                  "Requests/s": "per s"}
 NAME_COLUMNS = ("Type", "Name")
+TOTALS = {"Request Count": "events", "Failure Count": "failures", "Requests/s": "events/s",
+          "Median Response Time": "median", "99%": "p99"}
 
 
 @dataclass(frozen=True)
@@ -72,24 +74,18 @@ def sections(locust: LocustCsv) -> list[Section]:
 
 
 def side_by_side(runs: list["Run"]) -> Section:
-    """Request and failure counts of Locust's statistics, one column a run."""
+    """Locust's totals (its Aggregated row), one column a run."""
     parts = []
     for run in runs:
         stats = run.locust.stats
-        if stats is not None and {"Request Count", "Failure Count", *NAME_COLUMNS} <= set(stats.columns):
-            parts.append(stats.assign(run=run.label, entry=stats["Type"].fillna("") + " " + stats["Name"]))
-    if not parts:
-        empty = pd.DataFrame(columns=["entry", "run", "Request Count", "Failure Count"])
-        return Section("locust_stats", "Locust's own statistics", empty, empty, optional=True)
-    data = pd.concat(parts, ignore_index=True)[["entry", "run", "Request Count", "Failure Count"]]
-    data["entry"] = data["entry"].str.strip()
-    cells = [f"{count} ({failed} failed)" if failed else str(count)
-             for count, failed in zip(data["Request Count"], data["Failure Count"])]
-    view = (data.assign(cell=cells).pivot(index="entry", columns="run", values="cell")
-            .reindex(index=list(dict.fromkeys(data["entry"])), columns=[run.label for run in runs])
-            .fillna(text.MISSING).rename_axis(columns=None).reset_index())
-    return Section("locust_stats", "Locust's own request counts (its --csv), one column a run",
-                   data, view, keys=("entry", "run"), left=("entry",), optional=True)
+        if stats is not None and "Name" in stats.columns:
+            total = stats.loc[stats["Name"] == "Aggregated", [c for c in TOTALS if c in stats.columns]].head(1)
+            parts += [{"run": run.label, "figure": TOTALS[c], "value": total[c].iat[0]} for c in total.columns]
+    data = pd.DataFrame(parts, columns=["run", "figure", "value"])
+    view = text.grid(data.assign(cell=data["value"].map(_cell)), "figure", "run",
+                     [f for f in TOTALS.values() if f in set(data["figure"])], [run.label for run in runs])
+    return Section("locust_totals", "Locust's own totals (its --csv Aggregated row, as Locust recorded them)",
+                   data, view, keys=("run", "figure"), left=("figure",), optional=True)
 
 
 def _names(frame: pd.DataFrame) -> tuple[str, ...]:

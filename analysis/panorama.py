@@ -39,10 +39,7 @@ def grid(tables: dict[str, ProtocolTables]) -> Section:
                       for n, case in zip(data["concurrency"], data["case"])]
     order = data.assign(_case=data["case"].map({"single": 0, **{c: i + 1 for i, c in enumerate(metrics.CONCURRENT_CASES)}}))
     columns = list(dict.fromkeys(order.sort_values(["concurrency", "_case"])["column"]))
-    view = (data.assign(cell=text.column(data["aggregate_tps"]))
-            .pivot(index="run", columns="column", values="cell")
-            .reindex(index=list(tables), columns=columns).fillna(text.MISSING)
-            .rename_axis(columns=None).reset_index())
+    view = text.grid(data.assign(cell=text.column(data["aggregate_tps"])), "run", "column", list(tables), columns)
     return Section("panorama", "Panorama: aggregate t/s (protocol definition) per configuration; "
                    "same prompt = ideal bound, different prompts = closest to production",
                    data.drop(columns="column"), view, keys=("run", "concurrency", "case"), left=("run",))

@@ -44,6 +44,14 @@ def signed_percent(value: Any) -> str:
     return f"{value:+.1f}%".replace("-0.0%", "+0.0%")
 
 
+def grid(cells: pd.DataFrame, index: str, columns: str, rows_order: Sequence[Any],
+         columns_order: Sequence[Any]) -> pd.DataFrame:
+    """Formatted cells (a long table with a `cell` column) spread into rows x columns, "-" where
+    a row has no cell in a column, with the row names as the first column."""
+    wide = cells.pivot(index=index, columns=columns, values="cell").reindex(index=rows_order, columns=columns_order)
+    return wide.astype(object).fillna(MISSING).rename_axis(columns=None).reset_index()
+
+
 def table(frame: pd.DataFrame, left: Sequence[str] = ()) -> str:
     """Already-formatted string columns laid out by pandas, two spaces apart and indented.
 

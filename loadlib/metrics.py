@@ -29,6 +29,7 @@ RECORD_COLUMNS = [
 ]
 FLOAT_COLUMNS = ("sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
                  "cached_tokens", "chunks", "http_status", "max_tokens", "queue_s", "turn")  # None becomes NaN
+_ABSENT = dict.fromkeys(RECORD_COLUMNS)
 FRAME_BATCH = 65_536  # records turned into columns at a time
 INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 PERCENTILES = (0.5, 0.9, 0.99)
@@ -129,10 +130,11 @@ def _batches(items: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[s
 
 def _columns(batch: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:
     """The batch's values column by column, in `RECORD_COLUMNS` order."""
+    pick = itemgetter(*RECORD_COLUMNS)
     try:
-        rows = list(map(itemgetter(*RECORD_COLUMNS), batch))
-    except KeyError:  # records written by another tool may lack fields
-        rows = [tuple(record.get(col) for col in RECORD_COLUMNS) for record in batch]
+        rows = list(map(pick, batch))
+    except KeyError:  # older records, or another tool's, may lack fields: they are missing values
+        rows = [pick({**_ABSENT, **record}) for record in batch]
     return zip(*rows)
 
 

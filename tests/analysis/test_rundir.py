@@ -84,3 +84,13 @@ def test_locust_stats_appear_in_the_report(write_run, protocol_records):
     assert ("  type   name         requests   failures   median   average   p99   per s\n"
             "  CHAT   single             12          1      130    127.10   130    0.60\n"
             "         Aggregated         12          1      130    127.10   130    0.60") in text
+
+
+def test_compare_puts_locusts_totals_beside_each_run(write_run, protocol_records):
+    from analysis.compare import compare
+
+    run_dirs = [write_run(protocol_records, name=name) for name in ("a", "b")]
+    (run_dirs[0] / "locust_stats.csv").write_text(LOCUST_STATS)
+    totals = next(s for s in compare([load_run(d) for d in run_dirs]).sections if s.key == "locust_totals")
+    assert totals.view.values.tolist() == [["events", "12", "-"], ["failures", "1", "-"], ["events/s", "0.60", "-"],
+                                           ["median", "130", "-"], ["p99", "130", "-"]]
