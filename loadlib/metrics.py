@@ -301,7 +301,7 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = df.loc[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES),
                   ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "ttft_s", "prefill_tps",
                    "uncached_prefill_tps"]]
-    cache = np.select([rows["cached_tokens"].isna(), rows["cached_tokens"] > 0], ["unknown", "hit"], "cold")
+    cache = np.select([rows["cached_tokens"].isna(), rows["cached_tokens"] > 0], [2, 1], 0)  # codes group fast
     table = rows.assign(cache=cache).groupby(["cell", "scenario", "cache"], sort=False).agg(
         prompt_tokens=("prompt_tokens", "mean"),
         cached_tokens=("cached_tokens", "mean"),
@@ -310,7 +310,8 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
         uncached_prefill_tps=("uncached_prefill_tps", "mean"),
         n=("request_id", "size"),
     ).reset_index()
-    return table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
+    table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
+    return table.assign(cache=table["cache"].map({0: "cold", 1: "hit", 2: "unknown"}))
 
 
 # --- free-running modes: time series and steady state -------------------------------------------
@@ -371,16 +372,15 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     """The steady part of a free-running run: from the first to the last moment the number of
     requests in flight is at or above its time-weighted median (this leaves out ramp-up and
     drain, whatever the load shape)."""
-    times = np.concatenate([sent_at, end_at])
-    steps = np.concatenate([np.ones(len(sent_at)), -np.ones(len(end_at))])
-    order = np.lexsort((steps, times))  # at equal times, ends before starts
-    times, level = times[order], np.cumsum(steps[order])
-    held = np.diff(times)  # level[i] holds from times[i] to times[i + 1]
+    sent_sorted, end_sorted = np.sort(sent_at), np.sort(end_at)
+    times = np.unique(np.concatenate([sent_sorted, end_sorted]))
+    # in flight from times[i] to times[i + 1]: sent by then minus ended by then
+    level = np.searchsorted(sent_sorted, times, "right") - np.searchsorted(end_sorted, times, "right")
+    held = np.diff(times)
     if held.sum() <= 0:
         return float(times[0]), float(times[-1])
-    by_level = np.argsort(level[:-1], kind="stable")
-    cumulative = np.cumsum(held[by_level])
-    median = level[:-1][by_level][np.searchsorted(cumulative, cumulative[-1] / 2)]
+    time_at_level = np.cumsum(np.bincount(level[:-1], weights=held))
+    median = int(np.searchsorted(time_at_level, time_at_level[-1] / 2))
     at_or_above = np.flatnonzero(level[:-1] >= median)
     return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
 
