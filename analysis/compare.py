@@ -25,6 +25,7 @@ BEYOND_NOISE = "*"
 
 
 def compare(runs: list[Run], slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) -> Document:
+    """Settings, figures and output determinism of the runs, the first run as the reference."""
     labels = [run.label for run in runs]
     figures = pd.concat([run_figures(run, slo_ttft_s, slo_decode_tps).assign(run=run.label) for run in runs],
                         ignore_index=True)

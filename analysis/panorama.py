@@ -23,6 +23,7 @@ REFERENCE_SCENARIO = "code"
 
 
 def panorama(runs: list[Run]) -> Document:
+    """The grid of configurations, the scaling ratios, and Locust's totals of each run."""
     tables = {run.label: ProtocolTables.from_frame(run.records) for run in runs}
     return Document(f"Panorama of {len(runs)} runs: {', '.join(tables)}",
                     [grid(tables), scaling(tables), locust_csv.side_by_side(runs)])

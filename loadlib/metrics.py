@@ -4,6 +4,10 @@ Per-request formulas are plain arithmetic, so the same function serves a float (
 one request at a time) and a pandas Series (the post-processor, a whole run at once). Table
 functions take the DataFrame of records (`records_frame`) and return DataFrames.
 
+Beyond the protocol, and labelled as such wherever shown: the wall-clock window aggregate,
+prefill excluding cached tokens, a timeline of streams and tokens/s, and steady-state levels,
+percentiles and goodput for free-running modes.
+
 Validity is decided once, by the client: a request that has no first token, no usage, or
 `completion_tokens <= 1` carries an `error`, and only records without one enter the figures.
 """
@@ -29,9 +33,9 @@ RECORD_COLUMNS = [
 ]
 FLOAT_COLUMNS = ("sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
                  "cached_tokens", "chunks", "http_status", "max_tokens", "queue_s", "turn")  # None becomes NaN
+INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 _ABSENT = dict.fromkeys(RECORD_COLUMNS)
 FRAME_BATCH = 65_536  # records turned into columns at a time
-INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 PERCENTILES = (0.5, 0.9, 0.99)
 # The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
 SINGLE_CASE = "single"
