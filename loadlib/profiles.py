@@ -192,7 +192,7 @@ def load_profile(path: str | Path) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo first
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ProfileError(f"{path}: {describe(errors[0])}{more}") from None
 

@@ -1,24 +1,24 @@
 """`long-context`: cold prefill at target prompt sizes in the server's own tokens.
 
 The client has no tokenizer, so sizes are calibrated from `usage.prompt_tokens`: two probes (the
-prompt's frame alone, and the frame with a slice of filler) give the frame's tokens and a first
-characters-per-token sample, and every answer adds another (see `Calibration`). Every prompt
+prompt's frame alone, and the frame with about as much filler as the first size needs) give the
+frame's tokens and a first sample, and every answer adds another (see `Calibration`). Every prompt
 starts with a fresh nonce, so no prefix (radix) cache can hit beyond the chat template's own
 framing, and its cells flush the cache first where the server offers it.
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from typing import Any
 
 from loadlib.scenarios.base import COLD, Cell, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_items
 
-HEADER = "Below is an archive of issue reports from our tracker.\n\n"
-QUESTION = ("\n\n---\nWhich three reports in this archive describe the most severe problems, and why? "
+HEADER = "Below are lines sampled from our issue tracker, logs and code reviews, in no particular order.\n\n"
+QUESTION = ("\n\n---\nWhich components and failure modes come up most often in these lines? "
             "Answer in at most five sentences.")
-PROBE_CHARS = 16_000
 PROBE_TOKENS = 8  # output tokens of a calibration probe: its prompt is what counts
 DEFAULT_CHARS_PER_TOKEN = 3.5
 
@@ -29,10 +29,15 @@ def size_label(tokens: int) -> str:
 
 
 class Filler:
-    """The archive text that pads prompts: the shipped work items, repeated as long as needed."""
+    """The text that pads prompts: the lines of the shipped work items in a fixed shuffled order,
+    repeated as long as needed. Whole documents would put dense stretches (logs, code) next to
+    sparse ones (prose), so a prefix's tokens per character would depend on its length; shuffled
+    lines keep every prefix near the average, which makes a size's first request come out right."""
 
     def __init__(self) -> None:
-        self._period = "\n\n".join(f"## Report {i + 1}\n\n{item.text}" for i, item in enumerate(work_items()))
+        lines = [line for item in work_items() for line in item.text.splitlines() if line.strip()]
+        random.Random(0).shuffle(lines)
+        self._period = "\n".join(lines)
         self._text = self._period
 
     def take(self, chars: int) -> str:
@@ -104,8 +109,9 @@ class LongContext(Scenario):
         calibration = self.calibration
         if calibration.frame_tokens is not None:
             return
+        probe_chars = round(self.target_tokens * DEFAULT_CHARS_PER_TOKEN)  # the first size's neighbourhood
         probes = [Job("calibrate", self._messages(chars), {**self.params, "max_tokens": PROBE_TOKENS}, COLD)
-                  for chars in (0, PROBE_CHARS)]
+                  for chars in (0, probe_chars)]
         for job, record in zip(probes, send(probes, "calibrate")):
             calibration.learn(calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))
 
