@@ -3,11 +3,14 @@ of acceptance by content, time scaling. Timestamps come from the simulator's own
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import chat, metric, read_trace, request
+from conftest import chat, chat_payload, metric, read_trace, request
 
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
@@ -93,3 +96,27 @@ def test_stream_interval_merges_verify_steps_into_one_chunk():
     assert merged.text == plain.text and info["stream_interval"] == 4
     assert 3 < (len(plain.token_chunks) - 1) / (len(merged.token_chunks) - 1) <= 4
     assert 1 < info["internal_states"][0]["avg_spec_accept_length"] <= 8  # per step, unchanged
+
+
+def test_a_client_that_hangs_up_while_queued_is_aborted(traced):
+    sim, _ = traced
+    aborted = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:num_aborted_requests_total")
+    before = aborted()
+    host, port = sim.url.rsplit("/", 1)[1].split(":")
+    body = json.dumps(chat_payload(max_tokens=64)).encode()
+    with ThreadPoolExecutor(2) as pool:
+        busy = [pool.submit(chat, sim.url, max_tokens=1024) for _ in range(2)]
+        for _ in range(200):
+            if metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:num_running_reqs") == 2:
+                break
+            time.sleep(0.005)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+                         % (len(body), body))
+            time.sleep(0.05)
+        for _ in range(200):
+            if aborted() > before:
+                break
+            time.sleep(0.01)
+        assert [f.result().usage["completion_tokens"] for f in busy] == [1024, 1024]
+    assert aborted() == before + 1
