@@ -62,10 +62,12 @@ class _FreeRunning(Driver):
         self.drained = Event()
 
     def setup(self, users: int) -> None:
+        """Users spawned, the cache flushed if a scenario wants it cold, then priming and
+        calibration (in that order, so that the flush does not undo the priming)."""
         self.wait_for_users(users)
-        self.prepare(self.mix)
         if self.mix.cache == COLD:
             self.flush_cache()
+        self.prepare(self.mix)
 
     def begin(self, cell: Cell) -> None:
         self.cell_events.fire(cell=cell, phase="start")

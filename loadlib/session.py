@@ -116,6 +116,9 @@ class RunSession:
         plan = self.conductor.plan
         self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
                                        plan=plan)
+        self.manifest["protocol"]["mode"] = self.profile.load.mode
+        if self.profile.load.mode != "rounds":
+            self.manifest["protocol"]["rounds"] = None  # free-running: durations, in the profile
         if opts.profile:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short

@@ -2,7 +2,7 @@
 
 Servers stream tool calls as `delta.tool_calls` fragments; the client counts them as output for
 TTFT and chunks like content. The system prompt and tool list are one shared prefix, as in a
-real bot; the work item after them differs per request.
+real bot; after them each request has its own ticket number and work item.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ToolCall(Scenario):
         self.cycle = ItemCycle(seed + 1)  # another order than distinct-issues with the same seed
 
     def next(self, stream: int) -> Job:
-        item = self.cycle.take()
+        item, ticket = self.cycle.take()
         messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": f"New report {item.id}:\n\n{item.text}"}]
+                    {"role": "user", "content": f"New report, ticket {ticket}:\n\n{item.text}"}]
         return self._job(self.name, messages, tools=list(tools()), tool_choice=self.tool_choice)
