@@ -2,10 +2,14 @@
 
     locust -f locustfiles/dflash.py --headless -u 8                      # built-in simulator
     locust -f locustfiles/dflash.py --headless -u 8 --host http://gpu-box:8000
+    locust -f locustfiles/dflash.py --headless -u 8 --profile profiles/issue-bot.toml
 
 Single stream over the thread's four scenarios, then 2, 4 and 8 streams started together on the
 same prompt (prefix-cache hit) and on different prompts, `--rounds` rounds each. Every request
 is kept in runs/<run>/records.jsonl; the summary at the end is the thread's tables.
+
+A profile (profiles/*.toml) swaps in other scenarios and load modes (rounds, closed, open,
+ladder); the users stay the same, they run whatever the mode's driver assigns.
 """
 
 from loadlib import session
@@ -16,4 +20,5 @@ session.install()
 
 
 class ProtocolUser(AssignedUser):
-    """One stream slot: runs the requests the protocol's conductor assigns to it."""
+    """One stream slot: runs the requests the run's driver (the protocol's conductor by default)
+    assigns to it."""
