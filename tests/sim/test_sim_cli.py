@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import chat, request
+from sim_http import chat, request
 
 from loadlib.sim.process import start_simulator
 

@@ -7,7 +7,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import chat, metric, request
+from sim_http import chat, metric, request
 
 
 def test_server_info_reports_launch_flags_version_and_accept_length(sim):

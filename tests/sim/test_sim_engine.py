@@ -10,7 +10,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import chat, chat_payload, metric, read_trace, request
+from sim_http import chat, chat_payload, metric, read_trace, request
 
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator

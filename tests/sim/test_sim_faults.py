@@ -6,7 +6,7 @@ import json
 import socket
 
 import pytest
-from conftest import chat, chat_payload, read_trace
+from sim_http import chat, chat_payload, read_trace
 
 from loadlib.sim.faults import parse_spec
 from loadlib.sim.process import start_simulator

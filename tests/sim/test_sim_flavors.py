@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import chat, chat_payload
+from sim_http import chat, chat_payload
 
 from loadlib.sim.process import start_simulator
 

@@ -9,7 +9,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import chat, read_trace
+from sim_http import chat, read_trace
 
 from loadlib.sim.process import start_simulator
 

@@ -6,7 +6,7 @@ import http.client
 import re
 from urllib.parse import urlsplit
 
-from conftest import chat, chat_payload, request
+from sim_http import chat, chat_payload, request
 
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
