@@ -69,13 +69,20 @@ class RunSession:
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
         self.summarized = True
         self._runs = 0
+        self._profile_file = ""  # the --profile the run was checked with at start-up
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def start_target(self) -> None:
         """Checks the inputs (the profile too), then starts the built-in simulator when no --host
         was given."""
-        self.profile = run_profile(self.opts)
+        try:
+            if self.opts.profile:
+                refuse_profile_settings(self.opts)
+            self.profile = run_profile(self.opts)
+        except ProfileError as exc:
+            _usage_error(str(exc))
+        self._profile_file = self.opts.profile
         if self.opts.num_users is not None and self.opts.num_users < 1:
             _usage_error(f"-u/--users: must be at least 1, got {self.opts.num_users}")
         check_run_dir_free(self.opts.run_dir)
@@ -99,6 +106,13 @@ class RunSession:
     def begin(self) -> None:
         """A test starts: new run directory, manifest, conductor."""
         opts = self.opts
+        if not opts.profile or opts.profile != self._profile_file:  # the web UI's form may change them
+            try:
+                self.profile = run_profile(opts)
+            except ProfileError as exc:
+                log.error("error: %s", exc)
+                gevent.spawn(self.environment.runner.stop)
+                return
         self._runs += 1
         self.run_dir = _new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
         self.journal = RecordJournal(self.run_dir)
@@ -263,30 +277,31 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 def run_profile(opts: Any) -> Profile:
     """The run's profile: the `--profile` file, or the protocol from the command-line options.
 
-    A profile sets the request and protocol settings itself, so those options beside it are
-    refused rather than silently ignored; the profile's values then stand in the options (the
-    manifest and the request defaults read them there).
+    A profile's settings then stand in the options (the manifest and the request defaults read
+    them there). Raises `ProfileError` (one line) when it cannot be used.
     """
     if not opts.profile:
         unknown = [name for name in opts.scenarios if name not in PROTOCOL_PROMPTS]
         if unknown:
-            _usage_error(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
+            raise ProfileError(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
         return Profile.model_validate({
             "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
             "load": {"mode": "rounds", "rounds": opts.rounds, "concurrency": opts.concurrency},
             "scenarios": {"protocol": {"single": opts.scenarios}}})
-    for name, default in options.PROFILE_SETTINGS.items():
-        if getattr(opts, name) != default:
-            _usage_error(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
-    try:
-        profile = load_profile(opts.profile)
-    except ProfileError as exc:
-        _usage_error(str(exc))
+    profile = load_profile(opts.profile)
     opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
     if profile.load.mode == "rounds":
         opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
     opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
     return profile
+
+
+def refuse_profile_settings(opts: Any) -> None:
+    """A profile sets the request and protocol settings itself: those options beside it are
+    refused rather than silently ignored."""
+    for name, default in options.PROFILE_SETTINGS.items():
+        if getattr(opts, name) != default:
+            raise ProfileError(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
 
 
 def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
