@@ -4,7 +4,7 @@ cache state each cell meant and met, TTFT per conversation turn).
 
 Only measured requests count (warm-up, priming and calibration are left out). Every figure comes
 from `loadlib.metrics`; the tables are laid out with the `analysis` package's sections, so the
-live summary and `python -m analysis report` show the same numbers.
+live summary and `python -m analysis report` show the same numbers where both show a table.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ DEFAULT_SLO_DECODE_TPS = 20.0
 
 
 def render_run_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any], profile: Profile) -> str:
+    """The text printed and saved as summary.txt at the end of a run of `profile`."""
     records = list(records)
     df = metrics.records_frame(records)  # measured requests only
     extra = [prefill(metrics.prefill_table(df[df["scenario"].str.startswith("long-context")])),
