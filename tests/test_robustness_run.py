@@ -80,12 +80,12 @@ FAULTS = [name for name, reason in EXPECTED.items() if reason is not None]
 
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
-    """A 2-user protocol run (4 scenarios, then 2 streams same/different, 5 rounds: 40 requests)
+    """A 2-user protocol run (4 scenarios, then 2 streams same/different, 6 rounds: 48 requests)
     against a server that answers every other request with the next fault."""
     work = tmp_path_factory.mktemp("faults")
     schedule = [step for fault in FAULTS for step in ("normal", fault)]
     with FaultServer(schedule) as server:
-        result = run_locust([*QUIET, "-u", "2", "--rounds", "5", "--concurrency", "2",
+        result = run_locust([*QUIET, "-u", "2", "--rounds", "6", "--concurrency", "2",
                              "--request-timeout", "0.5", "--host", server.url, "--model", MODEL,
                              "--run-dir", str(work / "r"), "--csv", str(work / "r" / "locust")], cwd=work)
     return result, work / "r", dict(server.served)
@@ -96,7 +96,7 @@ def test_the_run_goes_on_through_every_fault(fault_run):
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.returncode in (0, 1), result.stderr[-3000:]  # 1: Locust saw failures
     records = journal(run_dir)
-    assert len(records) == 4 * 5 + 2 * 2 * 5  # every request of the plan has its record
+    assert len(records) == 4 * 6 + 2 * 2 * 6  # every request of the plan has its record
     assert set(FAULTS) <= set(served.values())
 
 
