@@ -89,10 +89,10 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_slo(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--slo-ttft", type=float, default=2.0, metavar="S",
-                        help="goodput: TTFT at most S seconds (default 2)")
-    parser.add_argument("--slo-decode", type=float, default=20.0, metavar="TPS",
-                        help="goodput: decode at least TPS tokens/s (default 20)")
+    parser.add_argument("--slo-ttft", type=float, default=None, metavar="S",
+                        help="goodput: TTFT at most S seconds (default: the run profile's, else 2)")
+    parser.add_argument("--slo-decode", type=float, default=None, metavar="TPS",
+                        help="goodput: decode at least TPS tokens/s (default: the run profile's, else 20)")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "pro
 BEYOND_NOISE = "*"
 
 
-def compare(runs: list[Run], slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) -> Document:
-    """Settings, figures and output determinism of the runs, the first run as the reference."""
+def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
+    """Settings, figures and output determinism of the runs, the first run as the reference.
+
+    Goodput targets not given come from each run's own profile."""
     labels = [run.label for run in runs]
     figures = pd.concat([run_figures(run, slo_ttft_s, slo_decode_tps).assign(run=run.label) for run in runs],
                         ignore_index=True)

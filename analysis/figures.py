@@ -9,14 +9,17 @@ import numpy as np
 import pandas as pd
 
 from analysis.rundir import Run
+from analysis.run_summary import goodput_slo
 from analysis.summary import ProtocolTables
 from loadlib import metrics
 
 FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
 
 
-def run_figures(run: Run, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0) -> pd.DataFrame:
-    """Figures in reading order: single stream, concurrency, steady state, TTFT percentiles."""
+def run_figures(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> pd.DataFrame:
+    """Figures in reading order: single stream, concurrency, steady state, TTFT percentiles.
+
+    Goodput targets not given come from the run's own profile (`goodput_slo`)."""
     tables = ProtocolTables.from_frame(run.records)
     single, conc = tables.single, tables.concurrent
     parts = [
@@ -26,14 +29,15 @@ def run_figures(run: Run, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0)
         _rows(single, "{} end-to-end t/s", "e2e_tps"),
         _rows(single, "{} forward rate /s", "forward_rate"),
     ]
-    conc = conc.set_axis([f"c{n} {case}" for n, case in zip(conc["concurrency"], conc["case"])])
+    conc = conc.set_index("cell")
     parts += [
         _rows(conc, "{} aggregate t/s (protocol)", "aggregate_tps", "min", "max"),
         _rows(conc, "{} aggregate t/s (window)", "window_tps", "window_min", "window_max"),
         _rows(conc, "{} per-stream decode t/s", "stream_decode_tps"),
         _rows(conc, "{} overlap x", "overlap"),
     ]
-    steady = metrics.steady_state_table(run.records, slo_ttft_s, slo_decode_tps).set_index("cell")
+    slo = goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps)
+    steady = metrics.steady_state_table(run.records, slo.ttft_s, slo.decode_tps).set_index("cell")
     parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
               _rows(steady, "{} goodput req/s", "goodput_rps")]
     ttft = tables.ttft

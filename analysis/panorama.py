@@ -16,7 +16,7 @@ import pandas as pd
 from analysis import locust_csv, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, ProtocolTables
+from analysis.summary import CASE_LABELS, ProtocolTables, case_labels
 from loadlib import metrics
 
 REFERENCE_SCENARIO = "code"
@@ -32,18 +32,18 @@ def panorama(runs: list[Run]) -> Document:
 def grid(tables: dict[str, ProtocolTables]) -> Section:
     """One row a run; single-stream code decode, then aggregate t/s per N and case."""
     long = pd.concat([t.concurrent.assign(run=label) for label, t in tables.items()], ignore_index=True)
-    single = pd.DataFrame({"run": list(tables), "concurrency": 1, "case": "single",
-                           "aggregate_tps": [_single_decode(t) for t in tables.values()]})
-    data = pd.concat([single, long[["run", "concurrency", "case", "aggregate_tps", "min", "max", "n"]]],
-                     ignore_index=True)
-    data["column"] = [f"1 stream {REFERENCE_SCENARIO}" if case == "single" else f"{n} × {CASE_LABELS.get(case, case)}"
-                      for n, case in zip(data["concurrency"], data["case"])]
+    long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long))]
+    single = pd.DataFrame({"run": list(tables), "cell": metrics.SINGLE_CASE, "concurrency": 1,
+                           "case": metrics.SINGLE_CASE, "aggregate_tps": [_single_decode(t) for t in tables.values()],
+                           "column": f"1 stream {REFERENCE_SCENARIO}"})
+    data = pd.concat([single, long[["run", "cell", "concurrency", "case", "aggregate_tps", "min", "max", "n",
+                                    "column"]]], ignore_index=True)
     order = data.assign(_case=data["case"].map({"single": 0, **{c: i + 1 for i, c in enumerate(metrics.CONCURRENT_CASES)}}))
-    columns = list(dict.fromkeys(order.sort_values(["concurrency", "_case"])["column"]))
+    columns = list(dict.fromkeys(order.sort_values(["concurrency", "_case", "cell"])["column"]))
     view = text.grid(data.assign(cell=text.column(data["aggregate_tps"])), "run", "column", list(tables), columns)
     return Section("panorama", "Panorama: aggregate t/s (protocol definition) per configuration; "
                    "same prompt = ideal bound, different prompts = closest to production",
-                   data.drop(columns="column"), view, keys=("run", "concurrency", "case"), left=("run",))
+                   data.drop(columns="column"), view, keys=("run", "cell"), left=("run",))
 
 
 def scaling(tables: dict[str, ProtocolTables]) -> Section:

@@ -79,16 +79,15 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
     for ax, value, low_col, high_col, title in definitions:
         for color, (label, t) in zip(_colors(), tables.items()):
             single = t.single["decode_tps"].get("code", np.nan)
-            for case, style in CASE_STYLE.items():
-                rows = t.concurrent[(t.concurrent["case"] == case) & t.concurrent[value].notna()]
-                if rows.empty:
-                    continue
+            measured = t.concurrent[t.concurrent[value].notna()]
+            for series, rows in measured.groupby(_series_of(measured["cell"]), sort=False):
+                style = CASE_STYLE.get(series, "-.")
                 n = np.concatenate([[1], rows["concurrency"]])
                 agg = np.concatenate([[single], rows[value]])
                 low = np.concatenate([[single], rows[low_col]])
                 high = np.concatenate([[single], rows[high_col]])
                 ax.errorbar(n, agg, yerr=[agg - low, high - agg], color=color, linestyle=style, marker="o",
-                            capsize=3, label=f"{label}: {CASE_LABELS[case]}")
+                            capsize=3, label=f"{label}: {CASE_LABELS.get(series, series)}")
             if np.isfinite(single):
                 top = max(int(t.concurrent["concurrency"].max()), 1)
                 ax.plot([1, top], [single, single * top], color=color, linestyle=":", linewidth=1, alpha=0.6)
@@ -103,6 +102,12 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
     protocol_ax.legend(fontsize=8)
     fig.suptitle("Aggregate decode against concurrency (mean over rounds, whisker = min–max)")
     return fig
+
+
+def _series_of(cells: pd.Series) -> list[str]:
+    """A line per kind of concurrency cell: `c4-same` and `c8-same` are one ("same"), a profile's
+    `c8-distinct-issues` another."""
+    return [str(cell).partition("-")[2] for cell in cells]
 
 
 def ttft_distribution(runs: list[Run]) -> Figure | None:
@@ -150,12 +155,12 @@ def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
         df = run.records
         ok = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(metrics.CONCURRENT_CASES)]
         ok = ok.sample(min(len(ok), SAMPLE), random_state=0) if len(ok) > SAMPLE else ok
-        hit = ok["cached_tokens"].fillna(0) > 0
+        hit = metrics.cache_states(ok) == metrics.HIT
         cold = ok[~hit]
         warm = ok[hit]
         if not cold.empty:
             ax.scatter(cold["prompt_tokens"], cold["prefill_tps"], color=color, marker="o", s=22,
-                       label=f"{run.label}: cold (no cached tokens)")
+                       label=f"{run.label}: cold (no prefix-cache hit)")
         if not warm.empty:
             ax.scatter(warm["prompt_tokens"] - warm["cached_tokens"], warm["uncached_prefill_tps"], color=color,
                        marker="x", s=22, label=f"{run.label}: prefix-cache hit, uncached part")

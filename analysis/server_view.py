@@ -8,11 +8,13 @@ diverge. A run without `metrics.jsonl` (or a server without /metrics) adds no ro
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Mapping
+
 import pandas as pd
 
 from analysis import text
 from analysis.document import Section
-from analysis.rundir import Run
 from loadlib import serverfigures
 from loadlib.promscrape import read_scrapes
 
@@ -20,13 +22,14 @@ DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval abo
                    "re-chunks the stream)")
 
 
-def server_sections(run: Run) -> list[Section]:
-    """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split."""
-    entries = list(read_scrapes(run.path, serverfigures.NAMES_READ))
-    cells = server_cell_table(serverfigures.server_cells(entries), run.records)
-    launch = (run.manifest.get("server") or {}).get("launch") or {}
+def server_sections(run_dir: Path, records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[Section]:
+    """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split
+    (the scrapes from `run_dir`, the records frame and manifest of the same run)."""
+    entries = list(read_scrapes(run_dir, serverfigures.NAMES_READ))
+    cells = server_cell_table(serverfigures.server_cells(entries), records)
+    launch = (manifest.get("server") or {}).get("launch") or {}
     return [server_cells_section(cells), divergence_section(cells, launch.get("stream_interval")),
-            router_split_section(serverfigures.router_split(entries), run.records)]
+            router_split_section(serverfigures.router_split(entries), records)]
 
 
 def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFrame) -> pd.DataFrame:

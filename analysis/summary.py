@@ -1,7 +1,8 @@
-"""The protocol summary in the thread's layout, as a dict (JSON schema of issue 8) and as text.
+"""The protocol's tables in the thread's layout, as a dict (JSON schema of issue 8) and as
+sections, and the settings line that heads every summary.
 
-The live end-of-run summary and `python -m analysis report` both call these functions on the
-same raw records, so they cannot disagree.
+The end-of-run summary (`analysis.run_summary`) and `python -m analysis report` both build on
+these, from the same raw records.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from analysis import text
-from analysis.document import Document, Section
-from analysis.formats import console
+from analysis.document import Section
 from analysis.formats.json import rows
 from loadlib import metrics
 from loadlib.prompts import SINGLE_STREAM_SCENARIOS
@@ -21,9 +21,10 @@ from loadlib.prompts import SINGLE_STREAM_SCENARIOS
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
 SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
                    "cn_chat": "Chinese chat", "cn_essay": "Chinese essay"}
-# issue 8's JSON schema
+PROTOCOL_CASES = (metrics.SINGLE_CASE, *metrics.CONCURRENT_CASES)
+# issue 8's JSON schema (plus the cell, which tells apart two cells of one N and case)
 SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]
-CONCURRENT_FIELDS = ["concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap"]
+CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap"]
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,6 @@ def protocol_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return summary_dict(ProtocolTables.from_frame(metrics.records_frame(records)))
 
 
-def render_protocol_summary(records: Iterable[dict[str, Any]],
-                            manifest: Mapping[str, Any] | None = None) -> str:
-    """The summary as the thread's users post it: single stream, concurrency, TTFT, failures."""
-    df = metrics.records_frame(records)
-    tables = ProtocolTables.from_frame(df)
-    return console.render(Document(settings_line(df, manifest), protocol_sections(tables)))
-
-
 def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
     single = tables.single[SINGLE_FIELDS]
     concurrent = tables.concurrent[CONCURRENT_FIELDS]
@@ -76,7 +69,7 @@ def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
 
 
 def protocol_sections(tables: ProtocolTables) -> list[Section]:
-    """The thread's tables: what the live summary prints and what every report starts with."""
+    """The thread's tables: single stream, concurrency and TTFT percentiles."""
     single, concurrent, ttft = tables.single, tables.concurrent, tables.ttft
     return [
         Section(
@@ -94,12 +87,12 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
             "overlap = aggregate / single-stream code decode)",
             concurrent[CONCURRENT_FIELDS], pd.DataFrame({
                 "N": text.column(concurrent["concurrency"], 0),
-                "case": [CASE_LABELS.get(case, case) for case in concurrent["case"]],
+                "case": case_labels(concurrent),
                 "aggregate t/s": text.column(concurrent["aggregate_tps"]),
                 "range": text.spans(concurrent["min"], concurrent["max"]),
                 "n": text.column(concurrent["n"], 0),
                 "overlap": [text.ratio(v) for v in concurrent["overlap"]],
-            }), keys=("concurrency", "case"), left=("case",)),
+            }), keys=("cell",), left=("case",)),
         Section(
             "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests)",
             ttft.reset_index(), pd.DataFrame({
@@ -107,25 +100,41 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
                 **{col: text.column(ttft[col], 3) for col in ("p50", "p90", "p99")},
                 "n": text.column(ttft["n"], 0),
             }), keys=("cell",), left=("cell",)),
-        Section(
-            "failures", "Failures by reason (excluded from every figure above)",
-            tables.failures, tables.failures.astype(str), keys=("cell", "error"), left=("cell", "error")),
     ]
 
 
+def failures_section(failures: pd.DataFrame) -> Section:
+    return Section("failures", "Failures by reason (excluded from every figure above)", failures,
+                   failures.astype(str), keys=("cell", "error"), left=("cell", "error"))
+
+
+def case_labels(concurrent: pd.DataFrame) -> list[str]:
+    """The case as the thread names it, and the cell's name where it is not the protocol's own
+    (`c8-distinct-issues` beside the protocol's `c8-different`)."""
+    return [CASE_LABELS.get(case, case) + ("" if cell == f"c{n}-{case}" else f", {cell}")
+            for cell, n, case in zip(concurrent["cell"], concurrent["concurrency"], concurrent["case"])]
+
+
 def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
-    """What was measured: model and target from the manifest, settings from the records."""
+    """What was measured: the load mode of free-running cells, model and target from the
+    manifest, then the settings, the protocol's rounds (when it ran) and the request counts
+    from the records."""
     manifest = manifest or {}
+    protocol = df["case"].isin(PROTOCOL_CASES)
+    modes = sorted(str(case) for case in df.loc[~protocol, "case"].unique())
+    parts = [f"{'/'.join(modes)} run"] if modes else []
     target = manifest.get("target")
     if isinstance(target, Mapping):
         target = f"{target.get('url')}{' (built-in simulator)' if target.get('builtin_simulator') else ''}"
-    parts = [f"{key} {value}" for key, value in (("model", manifest.get("model")), ("target", target)) if value]
+    parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")), ("target", target)) if value]
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
     if max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
-    parts.append("thinking " + ("ON" if df["thinking"].any() else "off"))
-    if len(df):
-        parts.append(f"{int(df['round'].max()) + 1} rounds")
+    thinking = set(df["thinking"].unique().tolist())
+    parts.append("thinking " + ("on and off" if len(thinking) > 1 else "ON" if True in thinking else "off"))
+    if protocol.any():
+        rounds = int(df.loc[protocol, "round"].max()) + 1
+        parts.append(f"{rounds} round{'s' if rounds > 1 else ''}")
     parts.append(f"{len(df)} requests, {int((~df['ok']).sum())} failed")
     cut = cut_short(manifest)
     if cut:
@@ -153,12 +162,14 @@ def scenario_label(name: str) -> str:
 
 
 def cell_order(cell: str) -> tuple[int, int, str]:
-    """single first, then concurrency cells by N with same before different, then the rest."""
+    """single first, then concurrency cells by N with same before different before a profile's
+    (`c8-distinct-issues`), then the rest."""
     if cell == metrics.SINGLE_CASE:
         return (0, 0, "")
-    head, _, case = cell.partition("-")
-    if head[:1] == "c" and head[1:].isdigit() and case in metrics.CONCURRENT_CASES:
-        return (1, int(head[1:]), str(metrics.CONCURRENT_CASES.index(case)))
+    head, _, name = cell.partition("-")
+    if head[:1] == "c" and head[1:].isdigit():
+        cases = metrics.CONCURRENT_CASES
+        return (1, int(head[1:]), f"{cases.index(name) if name in cases else len(cases)}{name}")
     return (2, 0, cell)
 
 

@@ -10,6 +10,8 @@ percentiles and goodput for free-running modes.
 
 Validity is decided once, by the client: a request that has no first token, no usage, or
 `completion_tokens <= 1` carries an `error`, and only records without one enter the figures.
+A successful request whose whole answer arrived in one read (total = TTFT) has no decode rate:
+it is left out of the decode figures only, and counted in `exclusions_table`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ PERCENTILES = (0.5, 0.9, 0.99)
 # The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
 SINGLE_CASE = "single"
 CONCURRENT_CASES = ("same", "different")
+ONE_READ = "whole answer in one read (total = TTFT): no decode rate"
+COLD, HIT, UNKNOWN = 0, 1, 2  # prefix-cache states (`cache_states`)
+CACHE_NAMES = {COLD: "cold", HIT: "hit", UNKNOWN: "unknown"}
 
 
 # --- per request -------------------------------------------------------------------------------
@@ -48,7 +53,7 @@ def decode_tps(completion_tokens: Num, ttft_s: Num, total_s: Num) -> Num:
     """Decode rate in tokens/s: `(comp - 1) / (total - ttft)`.
 
     The first token is excluded because it arrives at `ttft`; the rest arrive between `ttft`
-    and the end of the stream.
+    and the end of the stream (infinite when they all came with the first: see `records_frame`).
     """
     return (completion_tokens - 1) / (total_s - ttft_s)
 
@@ -93,7 +98,8 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     Requests that were not measurements (`measured` false: warm-up, priming, calibration) are
     left out here, so that no figure can count them. Adds `ok` (no error) and, for ok rows,
     `decode_tps`, `tok_per_chunk`, `e2e_tps`, `prefill_tps`, `uncached_prefill_tps`; failed rows
-    hold NaN there so that they never enter a mean. Also adds wall-clock instants (epoch s):
+    hold NaN there so that they never enter a mean, and so does `decode_tps` where the answer
+    came in one read (total = TTFT: no time to decode over). Also adds wall-clock instants (epoch s):
     `first_token_at`, `last_token_at` (last content chunk, else end of stream) and `end_at`.
     """
     return frame_from_batches(_batches(iter(records), FRAME_BATCH))
@@ -116,7 +122,7 @@ def frame_from_batches(batches: Iterable[list[dict[str, Any]]]) -> pd.DataFrame:
         df = df[df["measured"]].reset_index(drop=True)
     ok = df["ok"] = df["error"].isna()
     comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
-    df["decode_tps"] = decode_tps(comp, ttft, total).where(ok)
+    df["decode_tps"] = decode_tps(comp, ttft, total).where(ok & (total > ttft))
     df["tok_per_chunk"] = tok_per_chunk(comp, df["chunks"].replace(0, np.nan)).where(ok)
     df["e2e_tps"] = end_to_end_tps(comp, total).where(ok)
     df["prefill_tps"] = prefill_tps(df["prompt_tokens"], ttft).where(ok)
@@ -177,7 +183,8 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     their decode at different moments. `window_tps = sum(comp - 1) / (last token - first token
     across the round's streams)` measures the wall-clock window instead; the two agree when all
     streams get their first token at the same moment. `stream_decode_tps` is the mean
-    per-stream decode. A round counts (`complete`) only when every one of its streams succeeded.
+    per-stream decode. A round counts (`complete`) only when every one of its streams succeeded;
+    a round whose streams all answered in one read has no aggregate (NaN), like such a stream.
     """
     conc = df[df["case"].isin(CONCURRENT_CASES)]
     ok = conc["ok"]
@@ -204,9 +211,10 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
         prompt_tokens=("prompt_tokens", "sum"),
     ).reset_index()
     complete = rounds["complete"] = (rounds["ok_streams"] == rounds["concurrency"]).astype(bool)
-    rounds["aggregate_tps"] = (rounds["decode_tokens"] / rounds["decode_time"]).where(complete)
+    decode_time = rounds["decode_time"]
+    rounds["aggregate_tps"] = (rounds["decode_tokens"] / decode_time).where(complete & (decode_time > 0))
     window = rounds["last_token_at"] - rounds["first_token_at"]
-    rounds["window_tps"] = (rounds["decode_tokens"] / window).where(complete)
+    rounds["window_tps"] = (rounds["decode_tokens"] / window).where(complete & (window > 0))
     rounds["cached_tokens"] = rounds["cached_tokens"].where(rounds["cache_known"] > 0)
     return rounds.drop(columns=["decode_tokens", "decode_time", "first_token_at", "last_token_at",
                                 "cache_known"])
@@ -236,16 +244,19 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
                       reference_scenario: str = "code") -> pd.DataFrame:
-    """Per (concurrency, case): mean aggregate over complete rounds, min, max, n, overlap.
+    """Per concurrency cell: mean aggregate over complete rounds, min, max, n, overlap.
 
+    One row a cell, with its N and case beside it: two cells of one N and case (a profile's
+    `c8-different` and `c8-distinct-issues`) measure different prompts and stay apart.
     `overlap = aggregate / single-stream decode` of `reference_scenario` (the thread's "1.89x").
     Beside it: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
     decode, `cached_share` (cached / prompt tokens: the measured radix state) and
-    `failed_rounds` (rounds left out because a stream failed).
+    `failed_rounds` (rounds left out because a stream failed). Rows run by N, same before
+    different, then by cell name.
     """
     rounds = round_aggregates(df)
     complete = rounds[rounds["complete"]]
-    table = complete.groupby(["concurrency", "case"], sort=True).agg(
+    table = complete.groupby("cell", sort=False, observed=True).agg(
         aggregate_tps=("aggregate_tps", "mean"),
         min=("aggregate_tps", "min"),
         max=("aggregate_tps", "max"),
@@ -258,21 +269,22 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
         cache_known=("cached_tokens", "count"),
         prompt_tokens=("prompt_tokens", "sum"),
     )
-    rounds_per_cell = rounds.groupby(["concurrency", "case"], sort=True).size()
-    table = table.reindex(rounds_per_cell.index)
+    cells = rounds.groupby("cell", sort=False, observed=True).agg(
+        concurrency=("concurrency", "first"), case=("case", "first"), rounds=("round", "size"))
+    table = cells.join(table)
     table["n"] = table["n"].fillna(0).astype("int64")
-    table["failed_rounds"] = rounds_per_cell - table["n"]
+    table["failed_rounds"] = table["rounds"] - table["n"]
     table["cached_share"] = (table["cached_tokens"] / table["prompt_tokens"]).where(table["cache_known"] > 0)
-    table = table.drop(columns=["cached_tokens", "cache_known", "prompt_tokens"]).reset_index()
+    table = table.reset_index()
     if single is None:
         single = single_stream_table(df)
     base = single["decode_tps"].get(reference_scenario, np.nan) if not single.empty else np.nan
     table["overlap"] = table["aggregate_tps"] / base
-    order = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)})
-    return table.assign(_order=order).sort_values(["concurrency", "_order"]).drop(columns="_order")[
-        ["concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap", "window_tps",
-         "window_min", "window_max", "stream_decode_tps", "cached_share", "failed_rounds"]
-    ].reset_index(drop=True)
+    table["_case"] = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)}).astype("int64")
+    table = table.astype({"cell": str, "case": str}).sort_values(["concurrency", "_case", "cell"])
+    return table[["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap", "window_tps",
+                  "window_min", "window_max", "stream_decode_tps", "cached_share", "failed_rounds"]
+                 ].reset_index(drop=True)
 
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
@@ -294,19 +306,40 @@ def failures_table(df: pd.DataFrame) -> pd.DataFrame:
             if not failed.empty else pd.DataFrame(columns=["cell", "error", "count"]))
 
 
+def exclusions_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Successful requests left out of a figure, counted by cell and reason: so far the answers
+    that came in one read, which have TTFT and tokens but no decode rate."""
+    one_read = df.loc[df["ok"] & ~(df["total_s"] > df["ttft_s"]), ["cell"]]
+    table = one_read.groupby("cell", sort=False, observed=True).size().rename("count").reset_index()
+    return table.assign(reason=ONE_READ)[["cell", "reason", "count"]]
+
+
+def cache_states(df: pd.DataFrame) -> np.ndarray:
+    """The prefix-cache state each request met, as `COLD`, `HIT` or `UNKNOWN` codes.
+
+    The client's `cache_observed` where recorded ("warm" only when more than the chat template's
+    framing was cached, since that framing alone makes almost every request a few-token hit);
+    else any cached token is a hit, and no reported count is unknown.
+    """
+    observed, cached = df["cache_observed"], df["cached_tokens"].to_numpy()
+    warm = (observed == "warm").to_numpy(dtype=bool, na_value=False)  # one text comparison: they are slow
+    fallback = np.where(np.isnan(cached), UNKNOWN, np.where(cached > 0, HIT, COLD))
+    return np.where(observed.notna().to_numpy(), np.where(warm, HIT, COLD), fallback)
+
+
 def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     """Prefill per (cell, scenario, cache state) outside the concurrency cells, by prompt size.
 
-    `cache` is "cold" (no cached tokens: `prefill_tps` is the protocol's cold prefill), "hit"
+    `cache` (`cache_states`) is "cold" (`prefill_tps` is the protocol's cold prefill), "hit"
     (part of the prompt came from the prefix cache: only `uncached_prefill_tps` is a prefill
     rate) or "unknown" (the server did not report cached tokens). Concurrent streams are left
     out: their TTFT includes waiting for each other's prefill.
     """
     rows = df.loc[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES),
-                  ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "ttft_s", "prefill_tps",
-                   "uncached_prefill_tps"]]
-    cache = np.select([rows["cached_tokens"].isna(), rows["cached_tokens"] > 0], [2, 1], 0)  # codes group fast
-    table = rows.assign(cache=cache).groupby(["cell", "scenario", "cache"], sort=False).agg(
+                  ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "cache_observed", "ttft_s",
+                   "prefill_tps", "uncached_prefill_tps"]]
+    table = rows.assign(cache=cache_states(rows)).groupby(["cell", "scenario", "cache"], sort=False,
+                                                          observed=True).agg(
         prompt_tokens=("prompt_tokens", "mean"),
         cached_tokens=("cached_tokens", "mean"),
         ttft_s=("ttft_s", "mean"),
@@ -315,7 +348,7 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
         n=("request_id", "size"),
     ).reset_index()
     table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
-    return table.assign(cache=table["cache"].map({0: "cold", 1: "hit", 2: "unknown"}))
+    return table.assign(cache=table["cache"].map(CACHE_NAMES))
 
 
 # --- free-running modes: time series and steady state -------------------------------------------
@@ -401,7 +434,8 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
 
     Within the steady window (`steady_window`): mean requests in flight, decode tokens/s of all
     streams, successful completions/s, and goodput: completions/s of requests that succeeded
-    with TTFT <= `slo_ttft_s` and decode >= `slo_decode_tps`. `slo_attainment` is the share of
+    with TTFT <= `slo_ttft_s` and decode >= `slo_decode_tps` (an answer that came in one read,
+    with no decode rate, is judged on its TTFT). `slo_attainment` is the share of
     requests sent in the window that met the SLO (failures count as misses); `n` and `failed`
     count the requests sent in the window. Times are seconds from the cell's first send.
     """
@@ -411,7 +445,7 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
         in_window = (sent >= start) & (sent <= stop)
         ended_in_window = (end >= start) & (end <= stop)
         ok = group["ok"].to_numpy()
-        met = ok & (group["ttft_s"] <= slo_ttft_s).to_numpy() & (group["decode_tps"] >= slo_decode_tps).to_numpy()
+        met = ok & (group["ttft_s"] <= slo_ttft_s).to_numpy() & ~(group["decode_tps"] < slo_decode_tps).to_numpy()
         edges = np.array([start, stop])
         busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
         tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]

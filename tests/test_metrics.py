@@ -15,14 +15,16 @@ T0 = 1_700_000_000.0
 
 
 def rec(cell="single", scenario="code", round=0, slot=0, ttft_s=0.1, total_s=1.1, comp=101,
-        chunks=25, error=None, sent_at=T0, prompt_tokens=40, cached_tokens=0):
-    concurrency, case = (1, "single") if cell == "single" else (int(cell[1:cell.index("-")]), cell.split("-")[1])
+        chunks=25, error=None, sent_at=T0, prompt_tokens=40, cached_tokens=0, case=None, **fields):
+    concurrency = int(cell[1:cell.index("-")]) if cell[:1] == "c" and cell[1:2].isdigit() else 1
+    case = case or ("single" if cell == "single" else cell.split("-")[1])
     return {"request_id": f"{cell}-{scenario}-{round}-{slot}", "scenario": scenario, "cell": cell,
             "concurrency": concurrency, "case": case, "round": round, "slot": slot, "worker": 0,
             "user": slot, "sent_at": sent_at, "ttft_s": ttft_s, "total_s": total_s,
             "last_chunk_s": total_s, "completion_tokens": comp, "prompt_tokens": prompt_tokens,
             "cached_tokens": cached_tokens, "chunks": chunks, "finish_reason": "length",
-            "http_status": 200, "error": error, "output_sha": "x", "max_tokens": 512, "thinking": False}
+            "http_status": 200, "error": error, "output_sha": "x", "max_tokens": 512, "thinking": False,
+            **fields}
 
 
 def test_decode_excludes_the_first_token_and_the_time_before_it():
@@ -115,6 +117,22 @@ def test_concurrency_table_overlap_is_aggregate_over_single_stream_code_decode()
     assert table["max"].tolist() == pytest.approx([400.0, 100.0])
 
 
+def test_two_cells_of_one_n_and_case_stay_apart_in_the_concurrency_table():
+    """A profile's c2-distinct-issues (case "different") beside the protocol's c2-different."""
+    df = metrics.records_frame([
+        rec(ttft_s=0.1, total_s=1.1, comp=101),  # single code: 100 t/s
+        rec("c2-distinct-issues", slot=0, total_s=1.1, case="different"),  # 200 tokens / 1.0 s
+        rec("c2-distinct-issues", slot=1, total_s=2.1, case="different"),  # -> 200 / 2.0 = 100
+        rec("c2-different", slot=0, total_s=1.1), rec("c2-different", slot=1, total_s=0.6),  # 200 / 1.0 = 200
+        rec("c2-same", slot=0, total_s=0.6), rec("c2-same", slot=1, total_s=0.6),  # 200 / 0.5 = 400
+    ])
+    table = metrics.concurrency_table(df)
+    assert table[["cell", "concurrency", "case"]].values.tolist() == [
+        ["c2-same", 2, "same"], ["c2-different", 2, "different"], ["c2-distinct-issues", 2, "different"]]
+    assert table["aggregate_tps"].tolist() == pytest.approx([400.0, 200.0, 100.0])
+    assert table["overlap"].tolist() == pytest.approx([4.0, 2.0, 1.0])
+
+
 def test_concurrency_table_without_a_single_stream_run_has_no_overlap():
     df = metrics.records_frame([rec("c2-same", slot=0), rec("c2-same", slot=1)])
     assert math.isnan(metrics.concurrency_table(df).loc[0, "overlap"])
@@ -189,6 +207,51 @@ def test_prefill_table_separates_cold_hit_and_unknown_cache_states():
     assert table["prefill_tps"].tolist() == pytest.approx([2000.0, 2000.0, 20000.0])
     assert table["uncached_prefill_tps"].tolist()[1:] == pytest.approx([2000.0, 2000.0])
     assert math.isnan(table["uncached_prefill_tps"].iloc[0])
+
+
+def test_prefill_table_takes_the_cache_state_the_client_observed():
+    """The template's framing (here 20 tokens) is cached for nearly every prompt: the client's
+    `cache_observed` says cold; records without it fall back to "any cached token is a hit"."""
+    df = metrics.records_frame([
+        rec(round=0, prompt_tokens=1000, cached_tokens=20, cache_observed="cold", ttft_s=0.5, total_s=1.5),
+        rec(round=1, prompt_tokens=1000, cached_tokens=900, cache_observed="warm", ttft_s=0.05, total_s=1.05),
+        rec(scenario="en_tech", prompt_tokens=500, cached_tokens=20, ttft_s=0.25, total_s=1.25),
+        rec(scenario="cn_chat", prompt_tokens=500, cached_tokens=None, ttft_s=0.25, total_s=1.25),
+    ])
+    table = metrics.prefill_table(df)
+    assert table[["scenario", "cache", "n"]].values.tolist() == [
+        ["en_tech", "hit", 1], ["cn_chat", "unknown", 1], ["code", "cold", 1], ["code", "hit", 1]]
+    assert table["prefill_tps"].tolist() == pytest.approx([2000.0, 2000.0, 2000.0, 20000.0])  # prompt / TTFT
+    assert table["uncached_prefill_tps"].tolist()[2:] == pytest.approx([1960.0, 2000.0])  # (prompt - cached) / TTFT
+
+
+def test_an_answer_in_one_read_has_no_decode_rate_and_is_counted_as_excluded():
+    """A 5-token answer whose first and last chunk came in one read: total = TTFT."""
+    df = metrics.records_frame([
+        rec(round=0, ttft_s=0.1, total_s=1.1, comp=101),  # 100 t/s
+        rec(round=1, ttft_s=0.3, total_s=0.3, comp=5),
+    ])
+    assert math.isnan(df.loc[1, "decode_tps"]) and bool(df.loc[1, "ok"])
+    code = metrics.single_stream_table(df).loc["code"]
+    assert (code["decode_tps"], code["decode_min"], code["decode_max"]) == pytest.approx((100.0, 100.0, 100.0))
+    assert code["ttft_s"] == pytest.approx(0.2)  # its TTFT still counts
+    assert metrics.exclusions_table(df).to_dict("records") == [
+        {"cell": "single", "reason": metrics.ONE_READ, "count": 1}]
+
+
+def test_a_round_whose_streams_all_answered_in_one_read_has_no_aggregate():
+    df = metrics.records_frame([rec("c2-same", slot=s, ttft_s=0.2, total_s=0.2, comp=4) for s in (0, 1)])
+    row = metrics.round_aggregates(df).iloc[0]
+    assert bool(row["complete"])
+    assert math.isnan(row["aggregate_tps"]) and math.isnan(row["window_tps"]) and math.isnan(row["stream_decode_tps"])
+
+
+def test_an_answer_in_one_read_meets_the_decode_slo_on_its_ttft_alone():
+    """One closed-loop stream, back to back: 100 t/s, one read, 100 t/s; all within TTFT 1 s."""
+    records = [rec("closed", round=i, sent_at=T0 + start, ttft_s=0.5, total_s=total, comp=51, case="closed")
+               for i, (start, total) in enumerate([(0.0, 1.0), (1.0, 0.5), (1.5, 1.0)])]
+    table = metrics.steady_state_table(metrics.records_frame(records), slo_ttft_s=1.0, slo_decode_tps=20.0)
+    assert (table.loc[0, "n"], table.loc[0, "slo_attainment"]) == (3, pytest.approx(1.0))
 
 
 def test_timeline_bins_streams_in_flight_and_decode_tokens():

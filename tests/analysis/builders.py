@@ -103,3 +103,36 @@ def free_running_records() -> list[dict[str, Any]]:
         return build_record("steady", sent_at=t0 + start, ttft_s=ttft, total_s=total, comp=comp, error=error,
                             concurrency=2, case="steady")
     return [r(0), r(2), r(4), r(6, comp=None, error="http_500", total=0.2, ttft=None), r(1), r(3, comp=21), r(5)]
+
+
+def profile_run() -> list[dict[str, Any]]:
+    """Cells a profile adds, with the cache state each meant and met and a conversation's turns.
+
+    prefill-3k: meant cold and met cold (only the template's 20 framing tokens cached).
+    c2-radix-hit: meant warm; slot 0 met it (all 1,000 prompt tokens cached), slot 1 got only the
+    framing: MISSED. cached prompt = (1000 + 20) / 2000 = 51%.
+    chat: turn 0 (500 prompt tokens, TTFT 0.2 s), turn 1 resends it (1,000 tokens, 500 cached,
+    TTFT 0.1 s): prefill 2,500 t/s cold, 10,000 t/s with the hit, 5,000 t/s uncached.
+    """
+    r = build_record
+    return [
+        r("prefill-3k", "long-context-3k", ttft_s=1.5, total_s=2.5, prompt_tokens=3000, cached_tokens=20,
+          cache_intended="cold", cache_observed="cold", case="single"),
+        r("c2-radix-hit", "radix-hit", slot=0, prompt_tokens=1000, cached_tokens=1000, cache_intended="warm",
+          cache_observed="warm", case="same"),
+        r("c2-radix-hit", "radix-hit", slot=1, prompt_tokens=1000, cached_tokens=20, cache_intended="warm",
+          cache_observed="cold", case="same"),
+        r(scenario="chat", ttft_s=0.2, total_s=1.2, prompt_tokens=500, cached_tokens=20, cache_observed="cold", turn=0),
+        r(scenario="chat", ttft_s=0.1, total_s=1.1, prompt_tokens=1000, cached_tokens=500, cache_observed="warm",
+          turn=1),
+    ]
+
+
+def sglang_scrapes(cell: str, case: str, started_at: float, ended_at: float, accept_length: float) -> list[dict[str, Any]]:
+    """The start and end scrapes of one cell as `metrics.jsonl` keeps them: SGLang's accept-length
+    gauge moves from 1.0 (before the cell) to `accept_length`."""
+    def scrape(phase: str, t: float, accept: float) -> dict[str, Any]:
+        return {"t": t, "source": "target", "url": "http://127.0.0.1:30000/metrics", "phase": phase,
+                "cell_index": 0, "cell": cell, "case": case, "error": None,
+                "text": f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length {accept}\n"}
+    return [scrape("start", started_at, 1.0), scrape("end", ended_at, accept_length)]

@@ -9,18 +9,26 @@ import sys
 import orjson
 import pytest
 
-from analysis import render_protocol_summary
+from analysis import render_summary
 from analysis.__main__ import main
-from tests.analysis.builders import extended_run
+from tests.analysis.builders import extended_run, sglang_scrapes
 
 
-def test_report_prints_the_manifest_and_the_live_summary_of_the_run(write_run, protocol_records, capsys):
-    manifest = {"model": "qwen", "target": "http://127.0.0.1:30000"}
+def test_report_prints_the_manifest_then_the_live_summary_to_the_character(write_run, protocol_records, capsys):
+    """The live summary of a run with the server's scrapes and a busy client, as the session
+    renders it from its records and final manifest, is the report's text after the manifest."""
+    manifest = {"model": "qwen", "client_watch": [{"cpu_share_max": 0.97, "loop_lag_p99_s": 0.001}]}
     run_dir = write_run(protocol_records, manifest)
+    (run_dir / "metrics.jsonl").write_bytes(b"".join(orjson.dumps(entry) + b"\n" for entry in sglang_scrapes(
+        "single", "single", 1_699_999_999.0, 1_700_000_010.0, accept_length=3.5)))
+    live = render_summary(protocol_records, manifest, run_dir)
+    assert "CLIENT MAY HAVE LIMITED THESE FIGURES: a client process used 97% of a core" in live
+    server_view = live.split("Server view per cell")[1]  # Σcomp/Σchunks = 1405/400 = 3.51 against 3.50
+    assert "  target   single         3.50        gauge               3.51   +0.4%" in server_view
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Manifest\n  model: qwen\n")
-    assert render_protocol_summary(protocol_records, manifest) in out
+    assert out.startswith("Manifest\n  model: qwen\n  client_watch: [{\"cpu_share_max\": 0.97, "
+                          "\"loop_lag_p99_s\": 0.001}]\n\n" + live + "\n\nSingle stream, more figures")
 
 
 def test_report_json_follows_the_issue_8_schema(write_run, protocol_records, capsys):

@@ -8,24 +8,23 @@ import json
 
 import pytest
 
+from analysis import render_summary
 from analysis.formats import console, csv as csv_format, json as json_format, markdown
 from analysis.report import run_report
-from tests.analysis.builders import build_run, extended_run, free_running_records, protocol_run
+from tests.analysis.builders import build_run, extended_run, free_running_records, profile_run, protocol_run
 
 
 def sections(document):
     return {section.key: section for section in document.sections}
 
 
-def test_report_starts_with_the_manifest_then_the_live_summary(protocol_records):
-    from analysis import render_protocol_summary
-
+def test_report_is_the_manifest_then_the_live_summary_then_more_figures(protocol_records):
     manifest = {"model": "qwen", "target": {"url": "http://h:1", "builtin_simulator": False},
                 "protocol": {"rounds": 3}}
     text = console.render(run_report(build_run(protocol_records, manifest=manifest)))
     assert text.startswith("Manifest\n  model: qwen\n  target.url: http://h:1\n  target.builtin_simulator: false\n"
-                           "  protocol.rounds: 3\n\n")
-    assert render_protocol_summary(protocol_records, manifest) in text
+                           "  protocol.rounds: 3\n\n" + render_summary(protocol_records, manifest) +
+                           "\n\nSingle stream, more figures")
 
 
 GOLDEN_EXTRAS = """\
@@ -38,16 +37,51 @@ Concurrency, both aggregate definitions: protocol = sum(comp-1)/max(total-ttft);
   2   same prompt (radix hit)          200.0        200.0    200.0–200.0                   100.0             50%   1               0
   2   different prompts                200.0        133.3    133.3–133.3                   100.0              0%   1               1
 
-Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; uncached = (prompt - cached)/TTFT)
+Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; uncached = (prompt - cached)/TTFT; hit = more than the chat template's framing cached)
   cell     scenario   cache   prompt tokens   cached tokens   TTFT s   prefill t/s   uncached t/s   n
   single   code       cold            1,000               0    0.500         2,000          2,000   1
   single   code       hit             1,000             900    0.050        20,000          2,000   2"""
 
 
-def test_report_extends_the_protocol_with_window_aggregate_prefill_and_cache_state():
+def test_report_extends_the_protocol_with_window_aggregate_and_prefill():
     text = console.render(run_report(build_run(extended_run())))
     assert GOLDEN_EXTRAS in text
     assert "Steady state" not in text  # no free-running cell, no empty section
+
+
+GOLDEN_PROFILE = """\
+Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; uncached = (prompt - cached)/TTFT; hit = more than the chat template's framing cached)
+  cell         scenario          cache   prompt tokens   cached tokens   TTFT s   prefill t/s   uncached t/s   n
+  single       chat              cold              500              20    0.200         2,500          2,400   1
+  single       chat              hit             1,000             500    0.100        10,000          5,000   1
+  prefill-3k   long-context-3k   cold            3,000              20    1.500         2,000          1,987   1
+
+Cache state (intended by the cell; met = from cached_tokens, warm above the template's framing; MISSED: a cold request served from cache, or a warm one that was not)
+  cell           intended   met cold   met warm   unknown   cached prompt   n   flag
+  prefill-3k     cold              1          0         0              1%   1
+  c2-radix-hit   warm              1          1         0             51%   2   MISSED
+
+Multi-turn: TTFT per turn (s; each turn resends the history, so later turns hit the cache)
+  scenario   turn   prompt tokens   cached tokens     p50     p90     p99   n
+  chat          0             500              20   0.200   0.200   0.200   1
+  chat          1           1,000             500   0.100   0.100   0.100   1"""
+
+
+def test_report_and_summary_show_prefill_per_size_cache_state_and_turns():
+    """Figures by hand in `profile_run`; the framing-only hit of turn 0 counts as cold."""
+    summary = render_summary(profile_run())
+    assert GOLDEN_PROFILE in summary
+    assert summary in console.render(run_report(build_run(profile_run())))
+
+
+def test_report_takes_goodput_targets_from_the_runs_profile_and_flags_override_them():
+    manifest = {"profile": {"slo": {"ttft_s": 1.0, "decode_tps": 20.0}}}
+    steady = sections(run_report(build_run(free_running_records(), manifest=manifest)))["steady_state"]
+    assert "TTFT <= 1 s and decode >= 20 t/s" in steady.title
+    assert steady.data.loc[0, "goodput_rps"] == pytest.approx(4 / 5.2)
+    tighter = sections(run_report(build_run(free_running_records(), manifest=manifest), slo_ttft_s=0.4))
+    assert "TTFT <= 0.4 s and decode >= 20 t/s" in tighter["steady_state"].title
+    assert tighter["steady_state"].data.loc[0, "goodput_rps"] == 0.0  # every TTFT is 0.5 s
 
 
 def test_report_shows_steady_state_of_free_running_cells():
@@ -77,7 +111,7 @@ def test_csv_report_is_one_tidy_table_that_pivots_back():
     decode = {r["row"]: float(r["value"]) for r in rows if r["section"] == "single" and r["column"] == "decode_tps"}
     assert decode == {"code": pytest.approx(610 / 3), "cn_essay": 75.0}
     aggregate = [r for r in rows if r["section"] == "concurrent" and r["column"] == "aggregate_tps"]
-    assert [(r["row"], float(r["value"])) for r in aggregate] == [("2/same", 300.0), ("2/different", 200.0)]
+    assert [(r["row"], float(r["value"])) for r in aggregate] == [("c2-same", 300.0), ("c2-different", 200.0)]
 
 
 def test_markdown_report_is_pipe_tables_with_numbers_right_aligned():

@@ -1,10 +1,12 @@
-"""The protocol summary: issue 8's JSON schema and the thread's table layout, on a hand-computed run."""
+"""The end-of-run summary: issue 8's JSON schema and the thread's table layout on a hand-computed
+protocol run, the steady state of a free-running one, and what both add."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis import protocol_summary, render_protocol_summary
+from analysis import protocol_summary, render_summary
+from tests.analysis.builders import free_running_records
 
 
 def test_summary_has_the_issue_8_schema_with_hand_computed_figures(protocol_records):
@@ -17,10 +19,10 @@ def test_summary_has_the_issue_8_schema_with_hand_computed_figures(protocol_reco
         {"decode_tps": 75.0, "decode_min": 50.0, "decode_max": 100.0, "ttft_s": 0.6,
          "tok_per_chunk": 2.02, "n": 2})
     same, different = summary["concurrent"]
-    assert same == {"concurrency": 2, "case": "same", "aggregate_tps": 300.0, "min": 200.0,
+    assert same == {"cell": "c2-same", "concurrency": 2, "case": "same", "aggregate_tps": 300.0, "min": 200.0,
                     "max": 400.0, "n": 2, "overlap": pytest.approx(300 / (610 / 3))}
-    assert different == {"concurrency": 2, "case": "different", "aggregate_tps": 200.0, "min": 200.0,
-                         "max": 200.0, "n": 1, "overlap": pytest.approx(200 / (610 / 3))}
+    assert different == {"cell": "c2-different", "concurrency": 2, "case": "different", "aggregate_tps": 200.0,
+                         "min": 200.0, "max": 200.0, "n": 1, "overlap": pytest.approx(200 / (610 / 3))}
 
 
 def test_summary_counts_are_python_ints_ready_for_json(protocol_records):
@@ -41,8 +43,8 @@ def test_a_cell_without_complete_rounds_stays_in_the_table_with_n_0_and_none(mak
         make_record("c2-same", slot=0), make_record("c2-same", slot=1, comp=None, error="timeout"),
     ])
     assert summary["single"] == {}
-    assert summary["concurrent"] == [{"concurrency": 2, "case": "same", "aggregate_tps": None, "min": None,
-                                      "max": None, "n": 0, "overlap": None}]
+    assert summary["concurrent"] == [{"cell": "c2-same", "concurrency": 2, "case": "same", "aggregate_tps": None,
+                                      "min": None, "max": None, "n": 0, "overlap": None}]
 
 
 def test_single_stream_overlap_is_none_without_a_code_baseline(make_record):
@@ -77,15 +79,84 @@ Failures by reason (excluded from every figure above)
 
 def test_rendered_summary_matches_the_thread_layout(protocol_records):
     manifest = {"model": "qwen", "target": "http://127.0.0.1:30000"}
-    assert render_protocol_summary(protocol_records, manifest) == GOLDEN
+    assert render_summary(protocol_records, manifest) == GOLDEN
 
 
 def test_rendered_summary_says_when_thinking_was_on(make_record):
-    text = render_protocol_summary([make_record(thinking=True)])
+    text = render_summary([make_record(thinking=True)])
     assert "thinking ON" in text.splitlines()[0]
 
 
 def test_records_arriving_out_of_order_from_two_workers_render_in_protocol_order(protocol_records):
     shuffled = protocol_records[::-1]
     manifest = {"model": "qwen", "target": "http://127.0.0.1:30000"}
-    assert render_protocol_summary(shuffled, manifest) == GOLDEN
+    assert render_summary(shuffled, manifest) == GOLDEN
+
+
+FREE_RUNNING = """\
+uni-bench summary: steady run, model qwen, target http://h:1 (built-in simulator), max_tokens 512, thinking off, 7 requests, 1 failed
+
+Steady state of free-running cells (window: in-flight requests at or above their median; goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s)
+  cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed
+  steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1
+
+Steady-state percentiles (raw records sent within the window)
+  cell     figure            p50     p90     p99   n
+  steady   ttft_s          0.500   0.500   0.500   5
+  steady   decode_tps      100.0   100.0   100.0   5
+  steady   e2e_tps          75.5    75.5    75.5   5
+  steady   tok_per_chunk    6.04    6.04    6.04   5
+
+Failures by reason (excluded from every figure above)
+  cell     error      count
+  steady   http_500       1"""
+
+
+def test_a_free_running_run_has_no_rounds_and_no_protocol_tables():
+    """Window [1, 6.2] and figures as in tests/test_metrics.py; the SLO is the profile's (TTFT 1 s),
+    the decode target the default 20 t/s."""
+    manifest = {"model": "qwen", "target": {"url": "http://h:1", "builtin_simulator": True},
+                "profile": {"slo": {"ttft_s": 1.0, "decode_tps": None}}}
+    assert render_summary(free_running_records(), manifest) == FREE_RUNNING
+
+
+CLIENT_NOTE = """
+
+CLIENT MAY HAVE LIMITED THESE FIGURES: a client process used 95% of a core; client event-loop lag p99 was 12.0 ms
+  process   CPU share mean   CPU share max   loop lag p50 ms   loop lag p99 ms   loop lag max ms   samples
+        2              50%             95%               0.5              12.0              20.0       100"""
+CALM = {"cpu_share_mean": 0.2, "cpu_share_max": 0.3, "loop_lag_p50_s": 0.0, "loop_lag_p99_s": 0.001,
+        "loop_lag_max_s": 0.002, "samples": 100}
+BUSY = {"cpu_share_mean": 0.5, "cpu_share_max": 0.95, "loop_lag_p50_s": 0.0005, "loop_lag_p99_s": 0.012,
+        "loop_lag_max_s": 0.02, "samples": 100}
+
+
+def test_the_summary_says_when_a_client_process_may_have_limited_the_figures(protocol_records):
+    manifest = {"model": "qwen", "target": "http://127.0.0.1:30000", "client_watch": [CALM, BUSY]}
+    assert render_summary(protocol_records, manifest) == GOLDEN + CLIENT_NOTE
+    assert render_summary(protocol_records, {**manifest, "client_watch": [CALM]}) == GOLDEN
+
+
+def test_a_profiles_cell_is_named_beside_the_protocols_of_the_same_n_and_case(make_record):
+    records = [make_record(f"c2-{name}", slot=slot, case="different") for name in ("different", "distinct-issues")
+               for slot in (0, 1)]
+    concurrency = next(part for part in render_summary(records).split("\n\n") if part.startswith("Concurrency"))
+    assert concurrency.splitlines()[2:] == [
+        "  2   different prompts                               200.0   200.0–200.0   1         -",
+        "  2   different prompts, c2-distinct-issues           200.0   200.0–200.0   1         -"]
+
+
+def test_the_settings_line_says_when_thinking_was_on_for_some_requests_only(make_record):
+    text = render_summary([make_record(thinking=True), make_record(round=1)])
+    assert "thinking on and off" in text.splitlines()[0] and "2 rounds" in text.splitlines()[0]
+
+
+def test_an_answer_in_one_read_shows_no_decode_and_is_counted_as_left_out(make_record):
+    """Round 1's 5 tokens came in one chunk with the first (total = TTFT): decode stays round 0's 100 t/s,
+    TTFT (0.1 + 0.3) / 2, tok/chunk (101/25 + 5/1) / 2 = 4.52."""
+    text = render_summary([make_record(round=0), make_record(round=1, ttft_s=0.3, total_s=0.3, comp=5, chunks=1)])
+    assert "  code (code generation)        100.0   100.0–100.0    0.200        4.52   2" in text
+    assert text.endswith(
+        "Successful requests left out of one figure (they count in every other)\n"
+        "  cell     reason                                                    count\n"
+        "  single   whole answer in one read (total = TTFT): no decode rate       1")
