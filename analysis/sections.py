@@ -1,0 +1,147 @@
+"""The summary's tables beyond the protocol's: steady state of free-running cells, prefill, the
+cache state each cell meant and met, TTFT per conversation turn, requests left out of a figure,
+and the client's own limits.
+
+Each function turns one `loadlib.metrics` table (or the manifest's self-watch) into a section;
+the end-of-run summary and `python -m analysis report` show the same sections.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+from analysis import text
+from analysis.document import Section
+from loadlib import metrics
+from loadlib.selfwatch import client_limited
+
+WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s", "loop_lag_p99_s",
+                 "loop_lag_max_s", "samples", "reasons"]
+
+
+def steady_state(table: pd.DataFrame, slo_ttft_s: float, slo_decode_tps: float) -> Section:
+    return Section(
+        "steady_state", f"Steady state of free-running cells (window: in-flight requests at or above "
+        f"their median; goodput = completions/s meeting TTFT <= {slo_ttft_s:g} s and decode >= "
+        f"{slo_decode_tps:g} t/s)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str),
+            "window s": [f"{text.num(s)}+{text.num(w)}" for s, w in zip(table["window_start_s"], table["window_s"])],
+            "in flight": text.column(table["in_flight"]),
+            "decode t/s": text.column(table["decode_tps"]),
+            "req/s": text.column(table["requests_per_s"], 2),
+            "goodput req/s": text.column(table["goodput_rps"], 2),
+            "SLO met": [text.percent(v) for v in table["slo_attainment"]],
+            "n": text.column(table["n"], 0),
+            "failed": text.column(table["failed"], 0),
+        }), keys=("cell",), left=("cell",), optional=True)
+
+
+def steady_percentiles(table: pd.DataFrame) -> Section:
+    digits = {"ttft_s": 3, "tok_per_chunk": 2}
+    return Section(
+        "steady_percentiles", "Steady-state percentiles (raw records sent within the window)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str), "figure": table["figure"].astype(str),
+            **{col: [text.num(v, digits.get(f, 1)) for v, f in zip(table[col], table["figure"])]
+               for col in ("p50", "p90", "p99")},
+            "n": text.column(table["n"], 0),
+        }), keys=("cell", "figure"), left=("cell", "figure"), optional=True)
+
+
+def prefill(table: pd.DataFrame) -> Section:
+    return Section(
+        "prefill", "Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; "
+        "uncached = (prompt - cached)/TTFT; hit = more than the chat template's framing cached)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str), "scenario": table["scenario"].astype(str),
+            "cache": table["cache"].astype(str),
+            "prompt tokens": text.column(table["prompt_tokens"], 0),
+            "cached tokens": text.column(table["cached_tokens"], 0),
+            "TTFT s": text.column(table["ttft_s"], 3),
+            "prefill t/s": text.column(table["prefill_tps"], 0),
+            "uncached t/s": text.column(table["uncached_prefill_tps"], 0),
+            "n": text.column(table["n"], 0),
+        }), keys=("cell", "scenario", "cache"), left=("cell", "scenario", "cache"), optional=True)
+
+
+def cache_section(df: pd.DataFrame) -> Section:
+    """Per cell and intended state: what the requests met. A cold request served from the cache,
+    or a warm one that missed, is flagged."""
+    meant = df[df["cache_intended"].isin(["cold", "warm"])]
+    observed = meant["cache_observed"].fillna("unknown")
+    table = meant.assign(met_cold=observed == "cold", met_warm=observed == "warm",
+                         unknown=observed == "unknown").groupby(["cell", "cache_intended"], sort=False,
+                                                                observed=True).agg(
+        n=("request_id", "size"), met_cold=("met_cold", "sum"), met_warm=("met_warm", "sum"),
+        unknown=("unknown", "sum"), cached_tokens=("cached_tokens", "sum"), prompt_tokens=("prompt_tokens", "sum"),
+    ).reset_index()
+    missed = ((table["cache_intended"] == "cold") & (table["met_warm"] > 0)) | (
+        (table["cache_intended"] == "warm") & (table["met_cold"] > 0))
+    table["flag"] = missed.map({True: "MISSED", False: ""}).astype(str)
+    return Section(
+        "cache_state", "Cache state (intended by the cell; met = from cached_tokens, warm above the "
+        "template's framing; MISSED: a cold request served from cache, or a warm one that was not)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str), "intended": table["cache_intended"].astype(str),
+            "met cold": text.column(table["met_cold"], 0), "met warm": text.column(table["met_warm"], 0),
+            "unknown": text.column(table["unknown"], 0),
+            "cached prompt": [text.percent(c / p if p else None) for c, p in zip(table["cached_tokens"],
+                                                                                 table["prompt_tokens"])],
+            "n": text.column(table["n"], 0), "flag": table["flag"],
+        }), keys=("cell", "cache_intended"), left=("cell", "intended", "flag"), optional=True)
+
+
+def turn_section(df: pd.DataFrame) -> Section:
+    """Multi-turn conversations: TTFT per scenario and turn, beside the growing prompt and its
+    cached part."""
+    turns = df[df["turn"].notna()].assign(turn=lambda d: d["turn"].astype(int))
+    parts = []
+    for scenario, group in turns.groupby("scenario", sort=False, observed=True):
+        ok = group[group["ok"]].groupby("turn")
+        parts.append(metrics.ttft_percentiles(group, by="turn").assign(
+            scenario=scenario, prompt_tokens=ok["prompt_tokens"].mean(),
+            cached_tokens=ok["cached_tokens"].mean()).sort_index().reset_index(names="turn"))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["scenario", "turn", "p50", "p90", "p99", "n", "prompt_tokens", "cached_tokens"])
+    return Section(
+        "turns", "Multi-turn: TTFT per turn (s; each turn resends the history, so later turns hit the cache)",
+        table, pd.DataFrame({
+            "scenario": [str(s) for s in table["scenario"]],
+            "turn": [str(t) for t in table["turn"]],
+            "prompt tokens": text.column(table["prompt_tokens"], 0),
+            "cached tokens": text.column(table["cached_tokens"], 0),
+            **{col: text.column(table[col], 3) for col in ("p50", "p90", "p99")},
+            "n": text.column(table["n"], 0),
+        }), keys=("scenario", "turn"), left=("scenario",), optional=True)
+
+
+def exclusions_section(table: pd.DataFrame) -> Section:
+    return Section(
+        "exclusions", "Successful requests left out of one figure (they count in every other)",
+        table, pd.DataFrame({"cell": table["cell"].astype(str), "reason": table["reason"].astype(str),
+                             "count": text.column(table["count"], 0)}),
+        keys=("cell", "reason"), left=("cell", "reason"), optional=True)
+
+
+def client_watch_section(manifest: Mapping[str, Any]) -> Section:
+    """The client processes that may have limited the figures (CPU share near a whole core, or
+    event-loop lag that delays timestamps), from the self-watch the session writes into the
+    manifest (`client_watch`, one snapshot per process); no rows when none did."""
+    snapshots = [snap for snap in manifest.get("client_watch") or () if isinstance(snap, Mapping)]
+    flagged = [{**snap, "process": number, "reasons": "; ".join(client_limited([snap]))}
+               for number, snap in enumerate(snapshots, start=1) if client_limited([snap])]
+    table = pd.DataFrame(flagged, columns=WATCH_COLUMNS)
+    reasons = client_limited(snapshots)
+    title = ("CLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(reasons) if reasons
+             else "Client self-watch: no process near its limits")
+    return Section(
+        "client_watch", title, table, pd.DataFrame({
+            "process": text.column(table["process"], 0),
+            "CPU share mean": [text.percent(v) for v in table["cpu_share_mean"]],
+            "CPU share max": [text.percent(v) for v in table["cpu_share_max"]],
+            **{f"loop lag {q} ms": text.column(table[f"loop_lag_{q}_s"] * 1000, 1) for q in ("p50", "p99", "max")},
+            "samples": text.column(table["samples"], 0),
+        }), keys=("process",), optional=True)
