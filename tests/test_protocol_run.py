@@ -80,18 +80,24 @@ def test_round_aggregates_match_the_simulators_timing(protocol_run):
 
 
 def test_live_summary_equals_the_post_processors_report(protocol_run):
+    """The report, recomputed from the records and the final manifest on disk, is the manifest,
+    then the live summary to the character, then more figures."""
     result, run_dir, _trace = protocol_run
-    live = (run_dir / "summary.txt").read_text(encoding="utf-8")
+    live = (run_dir / "summary.txt").read_text(encoding="utf-8").rstrip("\n")
     report = subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir)],
                             capture_output=True, text=True, check=True).stdout
-    assert live.strip().startswith(report.strip())  # live may add the client self-watch note
-    assert "Single stream" in result.stdout and f"Run files: {run_dir}" in result.stdout
+    assert live.startswith("uni-bench summary: ") and "\nSingle stream (decode" in live
+    manifest_block = report[:report.index("\nuni-bench summary: ") + 1]
+    assert manifest_block.startswith("Manifest\n") and manifest_block.endswith("\n\n")
+    assert report.startswith(manifest_block + live + "\n\n")
+    assert live in result.stdout and f"Run files: {run_dir}" in result.stdout
     as_json = orjson.loads(subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir), "--json"],
                                           capture_output=True, check=True).stdout)
     expected = protocol_summary(read_records(run_dir))
     assert as_json["single"] == expected["single"] and as_json["concurrent"] == expected["concurrent"]
-    cases = {(row["concurrency"], row["case"]) for row in as_json["concurrent"]}
-    assert cases == {(2, "same"), (2, "different"), (4, "same"), (4, "different")}
+    cells = {(row["cell"], row["concurrency"], row["case"]) for row in as_json["concurrent"]}
+    assert cells == {("c2-same", 2, "same"), ("c2-different", 2, "different"), ("c4-same", 4, "same"),
+                     ("c4-different", 4, "different")}
 
 
 def test_manifest_describes_the_run(protocol_run):
