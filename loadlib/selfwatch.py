@@ -2,7 +2,9 @@
 
 A load generator that is itself saturated measures its own delays, not the server's. A greenlet
 wakes every `interval_s`; how late it wakes is the loop lag that every timestamp may carry, and
-process CPU time over wall time is the share of a core this process used.
+process CPU time over wall time is the share of a core this process used. Lag counts only while
+a request is in flight (`in_flight`, kept by the users): a pause while nothing is being timed
+(start-up, the end-of-run summary) delays no measurement.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ LAG_LIMIT_S = 0.005  # a p99 loop lag above this may have delayed timestamps
 class SelfWatch:
     def __init__(self, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
+        self.in_flight = 0  # requests being timed right now, kept by the users
         self.lags: list[float] = []
         self.cpu_shares: list[float] = []  # one per second
         self._greenlet: gevent.Greenlet | None = None
@@ -36,11 +39,13 @@ class SelfWatch:
         window_wall, window_cpu = time.perf_counter(), time.process_time()
         while True:
             before = time.perf_counter()
+            timing = self.in_flight > 0
             gevent.sleep(self.interval_s)
             if self._greenlet is None:  # stopped while asleep: what follows is not the run's lag
                 return
             now = time.perf_counter()
-            self.lags.append(max(now - before - self.interval_s, 0.0))
+            if timing or self.in_flight > 0:
+                self.lags.append(max(now - before - self.interval_s, 0.0))
             if now - window_wall >= 1.0:
                 cpu = time.process_time()
                 self.cpu_shares.append((cpu - window_cpu) / (now - window_wall))

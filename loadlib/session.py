@@ -37,12 +37,12 @@ from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.protocol import Assignment, Driver
 from loadlib.records import RecordJournal, RequestRecord
-from loadlib.selfwatch import SelfWatch, client_limited
+from loadlib.selfwatch import SelfWatch
 from loadlib.users import Mailbox
+from loadlib.workers import ASSIGN_MESSAGE, WorkerDispatch
 
 log = logging.getLogger("uni-bench")
 
-ASSIGN_MESSAGE = "uni:assign"
 RECORD_MESSAGE = "uni:record"
 SELFWATCH_KEY = "uni_selfwatch"
 
@@ -67,6 +67,8 @@ class RunSession:
         self.manifest: dict[str, Any] = {}
         self.records: list[dict[str, Any]] = []
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
+        runner = environment.runner
+        self.workers = WorkerDispatch(runner, self.on_record) if isinstance(runner, MasterRunner) else None
         self.summarized = True
         self._runs = 0
         self._profile_file = ""  # the --profile the run was checked with at start-up
@@ -147,19 +149,17 @@ class RunSession:
         if self.summarized or self.run_dir is None:
             return
         self.summarized = True
+        if self.workers is not None:
+            self.workers.stop()
         from loadlib.profile_summary import render_run_summary
 
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.manifest["finished"] = self.conductor is not None and self.conductor.finished.is_set()
-        text = render_run_summary(self.records, self.manifest, self.profile)  # says when it was cut short
-        snapshots = self.selfwatch_snapshots()
-        self.manifest["client_watch"] = snapshots
+        self.manifest["client_watch"] = self.selfwatch_snapshots()
         if self.conductor is not None and self.conductor.flushes:
             self.manifest["cache_flushes"] = dict(self.conductor.flushes)
-        write_manifest(self.run_dir, self.manifest)
-        notes = client_limited(snapshots)
-        if notes:
-            text += "\nCLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(notes) + "\n"
+        write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
+        text = render_run_summary(self.records, self.manifest, self.profile)
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         if self.journal is not None:
             self.journal.close()
@@ -172,6 +172,8 @@ class RunSession:
     def on_record(self, record: dict[str, Any]) -> None:
         if self.journal is None or self.conductor is None:
             return
+        if self.workers is not None:
+            self.workers.settle(record["request_id"])
         self.journal.append(RequestRecord.from_dict(record))
         self.records.append(record)
         self.conductor.on_record(record)
@@ -184,18 +186,10 @@ class RunSession:
         return self.environment.runner.user_count
 
     def _dispatch(self, assignments: list[Assignment]) -> None:
-        runner = self.environment.runner
-        if not isinstance(runner, MasterRunner):
+        if self.workers is not None:
+            self.workers.dispatch(assignments)
+        else:
             self.environment.uni_mailbox.post(assignments)
-            return
-        workers = [(node.id, node.user_count) for node in runner.clients.values() if node.user_count > 0]
-        order = _round_robin(workers)
-        shares: dict[str, list[dict[str, Any]]] = {}
-        for assignment in assignments:  # a stream (slot) always goes to the same worker
-            worker_id = order[assignment.tag.slot % len(order)]
-            shares.setdefault(worker_id, []).append(assignment.to_message())
-        for worker_id, messages in shares.items():
-            runner.send_message(ASSIGN_MESSAGE, messages, client_id=worker_id)
 
     def selfwatch_snapshots(self) -> list[dict[str, Any]]:
         snaps = list(self.selfwatch_by_worker.values())
@@ -230,7 +224,9 @@ class ProtocolShape(LoadTestShape):
         if session is None:
             users = environment.parsed_options.num_users or 1
             return users, float(users)
-        if session.conductor is not None and session.conductor.finished.is_set():
+        driver = session.conductor
+        # A driver from an earlier test (the web UI starts again) is finished and summarized.
+        if driver is not None and driver.finished.is_set() and not session.summarized:
             return None
         users = session.users_wanted()
         return users, float(users)
@@ -311,18 +307,6 @@ def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
 
 def _api_key(opts: Any) -> str | None:
     return opts.api_key or os.environ.get("OPENAI_API_KEY") or None
-
-
-def _round_robin(workers: list[tuple[str, int]]) -> list[str]:
-    """Worker ids in the order streams go to them: one each in turn while they have users."""
-    left = dict(workers)
-    order: list[str] = []
-    while any(left.values()):
-        for worker_id, _count in workers:
-            if left[worker_id]:
-                order.append(worker_id)
-                left[worker_id] -= 1
-    return order
 
 
 def _new_run_dir(requested: str, run_number: int, label: str) -> Path:

@@ -109,7 +109,12 @@ class AssignedUser(User):
         if delay > 0:
             gevent.sleep(delay)
         tag = dataclasses.replace(assignment.tag, worker=self.worker_index, user=self.user_number)
-        record = self.client.chat(assignment.body, tag, assignment.request_id)
+        watch = self.environment.uni_selfwatch
+        watch.in_flight += 1
+        try:
+            record = self.client.chat(assignment.body, tag, assignment.request_id)
+        finally:
+            watch.in_flight -= 1
         if record.sent_at:
             record.queue_s = max(record.sent_at - assignment.start_at, 0.0)
         record.cache_intended, record.measured, record.turn = (assignment.cache_intended, assignment.measured,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "dflash.py"
 FAST_SIM = "--time-scale 0.05"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for Locust's master/worker link)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,

@@ -13,7 +13,7 @@ import pytest
 from analysis.summary import protocol_summary
 from loadlib import metrics
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM, run_locust
+from tests.conftest import FAST_SIM, free_port, run_locust
 
 BASE = ["--headless", "--rounds", "2", "--loglevel", "WARNING"]
 
@@ -110,7 +110,9 @@ def test_manifest_describes_the_run(protocol_run):
 
 
 def test_two_processes_produce_one_complete_run(tmp_path):
+    port = str(free_port())  # not Locust's default *:5557, which other runs may hold
     result = run_locust([*BASE, "-u", "4", "--processes", "2", "--concurrency", "2,4",
+                         "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port,
                          "--scenarios", "code", "--run-dir", str(tmp_path / "r"),
                          "--sim-args", FAST_SIM], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -158,3 +160,37 @@ def test_api_key_never_reaches_a_file(tmp_path):
     assert len(files) >= 4
     for path in files:
         assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_lost_worker_fails_its_requests_and_the_run_finishes_by_itself(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    from loadlib.workers import WORKER_LOST
+    from tests.conftest import LOCUSTFILE
+
+    port = str(free_port())
+    run_dir = tmp_path / "r"
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *BASE, "-u", "4", "--processes", "2",
+               "--rounds", "4", "--scenarios", "", "--concurrency", "2", "--max-tokens", "2048",
+               "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port,
+               "--run-dir", str(run_dir), "--sim-args", FAST_SIM]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (run_dir / "records.jsonl").exists() or len(list(read_records(run_dir))) < 2:
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        os.kill(psutil.Process(proc.pid).children()[0].pid, signal.SIGKILL)
+        proc.communicate(timeout=120)  # ends by itself: no round waits for the lost worker
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    records = list(read_records(run_dir))
+    lost = [r for r in records if r["error"] == WORKER_LOST]
+    assert len(lost) == 1  # the lost worker held one stream of the round under way
+    assert len(records) == 2 * 4 * 2  # every assignment has a record: same and different, 4 rounds of 2
+    assert WORKER_LOST in (run_dir / "summary.txt").read_text(encoding="utf-8")
