@@ -4,13 +4,13 @@ load it must produce: concurrency held, arrivals on schedule, levels stepped and
 from __future__ import annotations
 
 import random
-import socket
 
 import numpy as np
 import pytest
 
 from loadlib import metrics
 from loadlib.modes import arrival_offsets, ladder_levels
+from tests.conftest import free_port
 from tests.profile_runs import max_in_flight, run_profile
 
 CLOSED = """
@@ -121,12 +121,6 @@ def test_ladder_steps_users_up_to_u_and_measures_each_level_apart(tmp_path):
     assert steady.loc["ladder-u1", "in_flight"] == pytest.approx(1, rel=0.15)
     assert steady.loc["ladder-u4", "in_flight"] == pytest.approx(4, rel=0.15)
     assert all(cell in result.stdout for cell in levels.index)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_ladder_levels_double_up_to_u():

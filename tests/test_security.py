@@ -11,7 +11,6 @@ import datetime
 import ipaddress
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import psutil
 import pytest
 
 from loadlib.client import ChatClient, ChatSettings
-from tests.conftest import LOCUSTFILE, run_locust
+from tests.conftest import LOCUSTFILE, free_port, run_locust
 from tests.test_robustness_faults import COMPLETION_TOKENS, MODEL, FaultServer, send
 
 QUIET = ["--headless", "--loglevel", "DEBUG"]  # the most talkative logs must not leak either
@@ -63,7 +62,7 @@ def test_the_api_key_from_the_command_line_reaches_the_server_and_no_output(tmp_
 
 
 def test_the_api_key_from_the_environment_never_shows_in_the_web_ui(tmp_path):
-    port = _free_port()
+    port = free_port()
     run_dir = tmp_path / "r"
     with FaultServer(["echoes_the_api_key", "normal"]) as server:
         proc = subprocess.Popen(
@@ -90,12 +89,6 @@ def test_the_api_key_from_the_environment_never_shows_in_the_web_ui(tmp_path):
         assert ENV_KEY not in body, path
     assert ENV_KEY not in out + err
     assert files_containing(tmp_path, ENV_KEY) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, str]:

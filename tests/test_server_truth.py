@@ -8,7 +8,6 @@ the simulator, whose /metrics uses SGLang's names.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from loadlib import metrics, serverfigures
 from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
 from loadlib.serverinfo import REDACTED, redact
 from loadlib.sim.process import start_simulator
-from tests.conftest import FAST_SIM, run_locust
+from tests.conftest import FAST_SIM, free_port, run_locust
 
 DATA = Path(__file__).parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
@@ -151,12 +150,6 @@ def test_metrics_urls_default_to_the_metrics_page():
     assert metrics_url("http://gpu-box:30000") == "http://gpu-box:30000/metrics"
     assert metrics_url("http://gpu-box:30000/v1") == "http://gpu-box:30000/metrics"
     assert metrics_url("http://gpu-box:29000/custom/metrics") == "http://gpu-box:29000/custom/metrics"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_page_that_is_not_there_is_recorded_missing_not_raised(tmp_path, simulator):

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import pytest
 from analysis import text
 from loadlib import metrics
 from loadlib.records import read_records
-from tests.conftest import LOCUSTFILE, REPO
+from tests.conftest import LOCUSTFILE, REPO, free_port
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
 CHROMIUM = shutil.which("chromium") or ""
@@ -33,12 +32,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 ARTIFACTS = REPO / "test-artifacts"
 # slow enough (about 10 s for the plan below) that the tab is seen during the run, not only after
 SIM_ARGS = "--time-scale 0.4"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
