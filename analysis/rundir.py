@@ -58,8 +58,7 @@ def read_records_frame(run_dir: str | Path) -> pd.DataFrame:
     so that each is factorised once instead of once per table."""
     path = _journal(Path(run_dir))
     tally = _Tally()
-    frame = metrics.frame_from_batches(_parsed(_line_batches(path), tally))
-    frame = frame.astype({col: "category" for col in GROUPING_COLUMNS})
+    frame = metrics.frame_from_batches(_parsed(_blocks(path), tally), categorical=GROUPING_COLUMNS)
     if tally.bad == [tally.lines]:
         warnings.warn(f"{path}: skipped a torn last line (line {tally.lines})", SkippedLinesWarning, stacklevel=2)
     elif tally.bad:
@@ -77,16 +76,18 @@ def _journal(path: Path) -> Path:
     return journal
 
 
-def _line_batches(path: Path) -> Iterator[list[bytes]]:
-    """Non-blank lines of the journal, a block at a time (memory stays small and is reused)."""
+def _blocks(path: Path) -> Iterator[bytes]:
+    """Whole lines of the journal, about `BLOCK_BYTES` at a time (memory stays small and is reused)."""
     with open(path, "rb") as handle:
         rest = b""
         while block := handle.read(BLOCK_BYTES):
-            lines = (rest + block).split(b"\n")
-            rest = lines.pop()
-            yield [line for line in lines if line.strip()]
-        if rest.strip():
-            yield [rest]
+            cut = block.rfind(b"\n")
+            if cut < 0:  # a line longer than a block
+                rest += block
+                continue
+            yield rest + block[:cut]
+            rest = block[cut + 1:]
+        yield rest
 
 
 @dataclass
@@ -95,20 +96,25 @@ class _Tally:
     bad: list[int] = field(default_factory=list)  # 1-based numbers of the lines that did not parse
 
 
-def _parsed(batches: Iterator[list[bytes]], tally: _Tally) -> Iterator[list[dict[str, Any]]]:
-    """Each batch of lines parsed with one orjson call, line by line only when it holds a bad line."""
-    for batch in batches:
+def _parsed(blocks: Iterator[bytes], tally: _Tally) -> Iterator[list[dict[str, Any]]]:
+    """Each block parsed with one orjson call (its newlines made commas of one JSON array), line
+    by line only when it holds a bad or blank line."""
+    for block in blocks:
+        if not block.strip():
+            continue
         try:
-            yield orjson.loads(b"[" + b",".join(batch) + b"]")
+            records = orjson.loads(b"[" + block.replace(b"\n", b",") + b"]")
         except orjson.JSONDecodeError:
-            good = []
-            for number, line in enumerate(batch, start=tally.lines + 1):
+            records = []
+            for line in filter(bytes.strip, block.split(b"\n")):
+                tally.lines += 1
                 try:
-                    good.append(orjson.loads(line))
+                    records.append(orjson.loads(line))
                 except orjson.JSONDecodeError:
-                    tally.bad.append(number)
-            yield good
-        tally.lines += len(batch)
+                    tally.bad.append(tally.lines)
+        else:
+            tally.lines += len(records)
+        yield records
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import gc
 import itertools
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Collection, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -105,17 +105,19 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return frame_from_batches(_batches(iter(records), FRAME_BATCH))
 
 
-def frame_from_batches(batches: Iterable[list[dict[str, Any]]]) -> pd.DataFrame:
+def frame_from_batches(batches: Iterable[list[dict[str, Any]]], categorical: Collection[str] = ()) -> pd.DataFrame:
     """`records_frame` for a reader that parses many records at once (e.g. one orjson call per
     block of a journal): each batch becomes typed column arrays straight away, so a million
-    records load in seconds and their Python objects are freed batch by batch."""
+    records load in seconds and their Python objects are freed batch by batch. Text columns
+    named in `categorical` are built as categoricals (for a reader whose tables group by them)."""
     arrays: dict[str, list[np.ndarray]] = {col: [] for col in RECORD_COLUMNS}
     with _gc_paused():
         for batch in batches:
             for col, values in zip(RECORD_COLUMNS, _columns(batch)):
                 arrays[col].append(_column(col, values))
-    df = pd.DataFrame({col: np.concatenate(parts) if parts else _column(col, ())
-                       for col, parts in arrays.items()})
+    joined = {col: np.concatenate(parts) if parts else _column(col, ()) for col, parts in arrays.items()}
+    df = pd.DataFrame({col: pd.Categorical(values) if col in categorical else values
+                       for col, values in joined.items()})
     untyped = [col for col in df.columns if df[col].dtype == object]  # text columns with no text at all
     df[untyped] = df[untyped].astype("str")
     if not df["measured"].all():
