@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--page-size", type=_positive_int)
     g.add_argument("--stream-interval", type=_positive_int,
                    help="stream output every N decode steps (merges steps into one chunk)")
+    g.add_argument("--decode-log-interval", type=_positive_int,
+                   help="decode batches between decode logs, which set the spec_accept_length gauge")
     g.add_argument("--radix-cache-tokens", type=_positive_int, help="radix cache capacity (tokens)")
     g.add_argument("--disable-radix-cache", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--enable-cache-report", action=argparse.BooleanOptionalAction, default=None,

@@ -136,23 +136,38 @@ _CORPUS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call in a tool-calling answer: where its name and arguments sit among the tokens."""
+
+    id: str
+    name: str
+    name_at: int  # the token that completes the name: its step sends the call's first delta
+    args_from: int  # the arguments JSON is tokens [args_from, args_to)
+    args_to: int
+
+
+@dataclass(frozen=True, slots=True)
 class Output:
     """A request's full natural output: reasoning pieces first, then answer pieces.
 
     `escaped[i]` is piece i as UTF-8 bytes already escaped for a JSON string, so a chunk's
-    content is a join of a slice, with no per-chunk encoding.
+    content is a join of a slice, with no per-chunk encoding. A tool-calling answer lists its
+    calls; its tokens are then the calls as the model writes them, not text to stream.
     """
 
     texts: tuple[str, ...]
     escaped: tuple[bytes, ...]
     reasoning_len: int
+    calls: tuple[ToolCall, ...] = ()
 
 
-def _escape(piece: str) -> bytes:
+def escape(piece: str) -> bytes:
+    """`piece` as the inside of a JSON string."""
     return orjson.dumps(piece)[1:-1]
 
 
-def _stitch(domain: str, rng: random.Random, n_tokens: int) -> list[str]:
+def stitch(domain: str, rng: random.Random, n_tokens: int) -> list[str]:
+    """`n_tokens` pieces of the domain's corpus, mostly in order, drawn with `rng`."""
     corpus = _CORPUS[domain]
     out: list[str] = []
     start = rng.randrange(len(corpus))
@@ -164,11 +179,16 @@ def _stitch(domain: str, rng: random.Random, n_tokens: int) -> list[str]:
     return out[:n_tokens]
 
 
+def reasoning(domain: str, rng: random.Random, n_tokens: int) -> list[str]:
+    """Thinking text in the prompt's language."""
+    if not n_tokens:
+        return []
+    return stitch("cn_reason" if domain.startswith("cn_") else "en_reason", rng, n_tokens)
+
+
 @lru_cache(maxsize=512)
 def output_for(seed: int, domain: str, answer_tokens: int, reasoning_tokens: int) -> Output:
     """The deterministic output for a seed (cached: identical prompts share one object)."""
     rng = random.Random(seed)
-    reason_domain = "cn_reason" if domain.startswith("cn_") else "en_reason"
-    texts = _stitch(reason_domain, rng, reasoning_tokens) if reasoning_tokens else []
-    texts += _stitch(domain, rng, answer_tokens)
-    return Output(tuple(texts), tuple(_escape(t) for t in texts), reasoning_tokens)
+    texts = reasoning(domain, rng, reasoning_tokens) + stitch(domain, rng, answer_tokens)
+    return Output(tuple(texts), tuple(escape(t) for t in texts), reasoning_tokens)

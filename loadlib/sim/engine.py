@@ -3,10 +3,11 @@
 Like SGLang's scheduler, each iteration is either a prefill step (new requests' uncached prompt
 tokens, in chunks of `chunked_prefill_size`, which pauses decoding) or one verify step for every
 running request; at most `max_running_requests` requests hold a slot and the rest wait in FCFS
-order. Step durations come from the preset's timing model, multiplied by `time_scale`, and the
-loop keeps an absolute schedule (a late wake-up is measured as scheduling lag, not added to the
-next step). The engine knows nothing about HTTP: a request's `on_step(start, end, done)` callback
-receives each step's new tokens.
+order; a submitted request joins that queue only after the front end's latency (`frontend_s`),
+which never holds up the loop. Step durations come from the preset's timing model, multiplied
+by `time_scale`, and the loop keeps an absolute schedule (a late wake-up is measured as
+scheduling lag, not added to the next step). The engine knows nothing about HTTP: a request's
+`on_step(start, end, done)` callback receives each step's new tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable
 import gevent
 from gevent.event import Event
 
-from loadlib.sim import content, tokenizer
+from loadlib.sim import content, tokenizer, toolcalls
 from loadlib.sim.metrics import Histogram
 from loadlib.sim.presets import SimConfig
 from loadlib.sim.radix import RadixCache
@@ -92,6 +93,42 @@ def _ignore(start: int, end: int, done: bool) -> None:
     return None
 
 
+class SpecStats:
+    """Speculative-decoding figures as SGLang's scheduler keeps them.
+
+    Each decode batch adds its tokens (1 + accepted drafts per request) and its request-steps to
+    interval accumulators; every `decode_log_interval` decode batches SGLang's decode log sets
+    the `spec_accept_length` / `spec_accept_rate` gauges from them, folds them into lifetime
+    totals and resets them. So the gauges describe the last interval only (and stay put until
+    the next one completes), while `/get_server_info`'s `avg_spec_accept_length` is the lifetime
+    average over completed intervals (`spec_total_num_accepted_tokens /
+    spec_total_num_forward_ct`, cumulative since the server started).
+    """
+
+    __slots__ = ("tokens", "forwards", "total_tokens", "total_forwards", "accept_length",
+                 "accept_rate")
+
+    def __init__(self) -> None:
+        self.tokens = self.forwards = 0  # since the last decode log
+        self.total_tokens = self.total_forwards = 0  # over every completed interval
+        self.accept_length = self.accept_rate = 0.0  # the gauges
+
+    def log_interval(self, draft_tokens: int) -> None:
+        """SGLang's `log_decode_stats`: gauges from the interval, then into the totals."""
+        if not self.forwards:
+            return
+        self.accept_length = self.tokens / self.forwards
+        drafts = self.forwards * (draft_tokens - 1)
+        self.accept_rate = (self.tokens - self.forwards) / drafts if drafts > 0 else 0.0
+        self.total_tokens += self.tokens
+        self.total_forwards += self.forwards
+        self.tokens = self.forwards = 0
+
+    @property
+    def lifetime_accept_length(self) -> float | None:
+        return self.total_tokens / self.total_forwards if self.total_forwards else None
+
+
 class Stats:
     """Counters the /metrics and /get_server_info endpoints report."""
 
@@ -107,7 +144,7 @@ class Stats:
         self.steps_total = 0
         self.lag_sum = 0.0
         self.lag_s: collections.deque[tuple[float, float]] = collections.deque(maxlen=100_000)
-        self.recent_accept: collections.deque[float] = collections.deque(maxlen=512)
+        self.spec = SpecStats()
         self.recent_tokens: collections.deque[tuple[float, int]] = collections.deque(maxlen=256)
         self.ttft = Histogram()
         self.e2e = Histogram()
@@ -130,33 +167,48 @@ class Engine:
     # --- requests ------------------------------------------------------------------------------
 
     def make_request(self, rid: str, messages: list[dict], max_tokens: int | None,
-                     temperature: float, thinking: bool,
-                     natural_tokens: int | None = None) -> SimRequest:
+                     temperature: float, thinking: bool, natural_tokens: int | None = None,
+                     tools: object = None, tool_choice: object = "auto") -> SimRequest:
         """Tokenizes and prepares a request; output and acceptance depend only on the prompt
-        (and thinking) at temperature 0."""
+        (and thinking, and tools) at temperature 0. ValueError: unusable `tools`."""
         cfg = self.cfg
-        ids = tokenizer.encode_chat(messages, thinking)
+        texts = {role: " ".join(tokenizer.message_text(m.get("content")) for m in messages
+                                if m.get("role") == role) for role in ("system", "user")}
+        functions = toolcalls.functions_to_call(tools, tool_choice, " ".join(texts.values()))
+        ids = tokenizer.encode_chat(messages, thinking, tools)
         seed = int.from_bytes(hashlib.blake2b(array("q", ids).tobytes(), digest_size=8).digest(),
                               "little")
         rng_seed = seed if temperature <= 0 else random.getrandbits(64)
-        user_text = " ".join(tokenizer.message_text(m.get("content")) for m in messages
-                             if m.get("role") == "user")
-        domain = content.classify(user_text)
-        answer = natural_tokens if natural_tokens is not None else (
-            cfg.natural_base + seed % max(1, cfg.natural_span))
+        domain = content.classify(texts["user"])
         reasoning = (cfg.thinking_base + (seed >> 24) % max(1, cfg.thinking_span)) if thinking else 0
-        output = content.output_for(rng_seed, domain, max(1, answer), reasoning)
+        if functions:
+            output = toolcalls.output_for(rng_seed, functions, texts["user"], domain, reasoning)
+            answer_domain = "code"  # JSON arguments are as predictable for the draft as code
+        else:
+            answer = natural_tokens if natural_tokens is not None else (
+                cfg.natural_base + seed % max(1, cfg.natural_span))
+            output = content.output_for(rng_seed, domain, max(1, answer), reasoning)
+            answer_domain = domain
         natural = len(output.texts)
         room = max(1, cfg.context_length - len(ids))
         cap = min(max_tokens if max_tokens is not None else natural, room)
         limit, finish = (natural, "stop") if natural <= cap else (cap, "length")
         block = cfg.speculative_num_draft_tokens
         return SimRequest(rid, ids, output, limit, finish,
-                          accept_cdf(cfg.accept.get(domain, 2.0), block),
+                          accept_cdf(cfg.accept.get(answer_domain, 2.0), block),
                           accept_cdf(cfg.reasoning_accept.get(domain, 2.0), block),
                           random.Random(rng_seed ^ 0x5EED))
 
     def submit(self, req: SimRequest) -> None:
+        """Queues a request once the front end (HTTP, template, tokenizer, IPC) has had it for
+        `frontend_s`; that latency overlaps whatever the scheduler is doing."""
+        delay = self.cfg.frontend_s * self.cfg.time_scale
+        if delay > 0:
+            gevent.spawn_later(delay, self._enqueue, req)
+        else:
+            self._enqueue(req)
+
+    def _enqueue(self, req: SimRequest) -> None:
         self.waiting.append(req)
         self._work.set()
 
@@ -274,12 +326,13 @@ class Engine:
         return batch
 
     def _prefill_duration(self, batch: list[tuple[SimRequest, int]]) -> float:
+        """Linear and attention terms over the batch's new tokens, but at least one forward."""
         cfg = self.cfg
-        total = cfg.prefill_step_s
+        total = 0.0
         for req, n in batch:
             c = req.prefilled
             total += n * cfg.prefill_token_s + ((c + n) ** 2 - c ** 2) * cfg.prefill_quad_s
-        return total
+        return max(cfg.prefill_step_s, total)
 
     def _finish_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
         stats = self.stats
@@ -318,12 +371,13 @@ class Engine:
         decode steps (and always at the end), so a larger interval merges steps into a chunk."""
         stats = self.stats
         still: list[SimRequest] = []
-        step_tokens = 0
+        step_tokens = batch = 0
         self._decode_ct += 1
         stream_now = self._decode_ct % self.cfg.stream_interval == 0
         for req in self.running:
             if req.aborted:
                 continue
+            batch += 1
             gain = req.draw_step()
             step_tokens += gain
             end = req.generated + gain
@@ -337,11 +391,14 @@ class Engine:
                 if stream_now:
                     req.on_step(req.streamed, end, False)
                     req.streamed = end
-        n = len(self.running)
         stats.batch_steps_total += 1
-        if n:
-            stats.recent_accept.append(step_tokens / n)
+        if batch:
             stats.recent_tokens.append((monotonic(), step_tokens))
+        spec = stats.spec
+        spec.tokens += step_tokens
+        spec.forwards += batch
+        if self._decode_ct % self.cfg.decode_log_interval == 0:
+            spec.log_interval(self.cfg.speculative_num_draft_tokens)
         self.running = still
 
     def _finish(self, req: SimRequest) -> None:

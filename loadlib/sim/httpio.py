@@ -1,12 +1,16 @@
 """Just enough HTTP/1.1 for the simulator: read requests off a keep-alive socket, frame replies.
 
 The simulator must out-run the client it measures, so this avoids a framework: a request is
-read with a few recv calls and split with bytes methods, and replies are prebuilt byte strings
+read with a few `recvmsg` calls (which also bring the kernel's receive time) and split with bytes
+methods, and replies are prebuilt byte strings
 in the shape uvicorn sends (lower-case headers, `server: uvicorn`, chunked streaming bodies).
 """
 
 from __future__ import annotations
 
+import socket
+import struct
+import sys
 import time
 from email.utils import formatdate
 from typing import NamedTuple
@@ -15,6 +19,15 @@ import orjson
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
+RECV_SIZE = 256 * 1024
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+KERNEL_TIMESTAMPS = sys.platform.startswith("linux")
+_ANC_SIZE = socket.CMSG_SPACE(16) if KERNEL_TIMESTAMPS else 0
+_TIMESPEC = struct.Struct("@qq")  # struct timespec: seconds, nanoseconds
+# One read buffer for every connection (a fresh 256 KB bytes per read would cost an mmap): a
+# greenlet copies what it read out of it before it can yield, so no other read can intervene.
+_CHUNK = bytearray(RECV_SIZE)
+_CHUNK_VIEW = memoryview(_CHUNK)
 
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found",
             405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
@@ -27,6 +40,7 @@ class Request(NamedTuple):
     headers: dict[str, str]  # lower-case names
     body: bytes
     keep_alive: bool
+    received_at: float  # epoch s: kernel receive time of the request's first byte
 
 
 class BadRequest(Exception):
@@ -44,73 +58,111 @@ def http_date() -> bytes:
     return _date_cache[1]
 
 
-def read_request(sock, buf: bytearray) -> Request | None:
-    """Reads one request from `sock` (leftover bytes live in `buf`); None at a clean EOF."""
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            break
-        if len(buf) > MAX_HEAD:
-            raise BadRequest("request head too large")
-        data = sock.recv(65536)
-        if not data:
-            if buf.strip():
-                raise BadRequest("connection closed inside a request head")
+class RequestReader:
+    """Reads keep-alive requests off one connection, each stamped with the kernel's receive time.
+
+    A request's `received_at` is the kernel timestamp (SO_TIMESTAMPNS) of the first read that
+    carried any of its bytes, not the moment this greenlet got round to parsing it: when dozens
+    of requests arrive at once, the later ones wait behind the earlier ones' parsing, and that
+    wait is the server's, not the client's. The first read rather than the one that completed
+    the head or body, because the client starts its TTFT clock just before its first byte
+    leaves: a body that spans several reads (a long-context prompt of a megabyte) is inside
+    the client's TTFT, so it must be inside the server's too, or a client benchmark would
+    charge the transfer to the client.
+    """
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.buf = bytearray()  # received, not yet consumed
+        self._buf_at = 0.0  # receive time of the read that brought buf's first byte
+        self._timestamps = False
+        if KERNEL_TIMESTAMPS:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self._timestamps = True
+            except OSError:
+                pass
+
+    def _read(self) -> int:
+        """One read appended to `buf`; returns its size (0 at EOF)."""
+        if self._timestamps:
+            size, anc, _flags, _addr = self.sock.recvmsg_into((_CHUNK,), _ANC_SIZE)
+            at = time.time()
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = _TIMESPEC.unpack_from(data)
+                    at = sec + nsec * 1e-9
+        else:
+            size = self.sock.recv_into(_CHUNK)
+            at = time.time()
+        if size and not self.buf:
+            self._buf_at = at
+        self.buf += _CHUNK_VIEW[:size]
+        return size
+
+    def _need(self, what: str) -> None:
+        if not self._read():
+            raise BadRequest(f"connection closed inside a {what}")
+
+    def read_request(self) -> Request | None:
+        """The next request on the connection; None at a clean EOF."""
+        buf = self.buf
+        if not buf and not self._read():
             return None
-        buf += data
-    head = bytes(buf[:end]).decode("latin-1")
-    del buf[:end + 4]
-    lines = head.split("\r\n")
-    try:
-        method, target, version = lines[0].split(" ", 2)
-    except ValueError:
-        raise BadRequest(f"bad request line {lines[0]!r}") from None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    conn = headers.get("connection", "").lower()
-    keep_alive = conn != "close" if version == "HTTP/1.1" else conn == "keep-alive"
-    if headers.get("expect", "").lower() == "100-continue":
-        sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = _read_chunked(sock, buf)
-    else:
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_BODY:
-            raise BadRequest("request body too large")
-        while len(buf) < length:
-            data = sock.recv(max(65536, length - len(buf)))
-            if not data:
-                raise BadRequest("connection closed inside a request body")
-            buf += data
-        body = bytes(buf[:length])
-        del buf[:length]
-    path = target.split("?", 1)[0]
-    return Request(method.upper(), path, headers, body, keep_alive)
+        received_at = self._buf_at
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            if len(buf) > MAX_HEAD:
+                raise BadRequest("request head too large")
+            if not self._read():
+                if buf.strip():
+                    raise BadRequest("connection closed inside a request head")
+                return None
+        head = bytes(buf[:end]).decode("latin-1")
+        del buf[:end + 4]
+        lines = head.split("\r\n")
+        try:
+            method, target, version = lines[0].split(" ", 2)
+        except ValueError:
+            raise BadRequest(f"bad request line {lines[0]!r}") from None
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        conn = headers.get("connection", "").lower()
+        keep_alive = conn != "close" if version == "HTTP/1.1" else conn == "keep-alive"
+        if headers.get("expect", "").lower() == "100-continue":
+            self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = self._read_chunked()
+        else:
+            length = int(headers.get("content-length") or 0)
+            if length > MAX_BODY:
+                raise BadRequest("request body too large")
+            while len(buf) < length:
+                self._need("request body")
+            body = bytes(buf[:length])
+            del buf[:length]
+        path = target.split("?", 1)[0]
+        return Request(method.upper(), path, headers, body, keep_alive, received_at)
 
-
-def _read_chunked(sock, buf: bytearray) -> bytes:
-    body = bytearray()
-    while True:
-        while b"\r\n" not in buf:
-            data = sock.recv(65536)
-            if not data:
-                raise BadRequest("connection closed inside a chunked body")
-            buf += data
-        line, _, _ = bytes(buf).partition(b"\r\n")
-        size = int(line.split(b";")[0], 16)
-        need = len(line) + 2 + size + 2
-        while len(buf) < need:
-            data = sock.recv(65536)
-            if not data:
-                raise BadRequest("connection closed inside a chunked body")
-            buf += data
-        body += buf[len(line) + 2:len(line) + 2 + size]
-        del buf[:need]
-        if size == 0:
-            return bytes(body)
+    def _read_chunked(self) -> bytes:
+        buf, body = self.buf, bytearray()
+        while True:
+            while b"\r\n" not in buf:
+                self._need("chunked body")
+            line = bytes(buf[:buf.find(b"\r\n")])
+            size = int(line.split(b";")[0], 16)
+            need = len(line) + 2 + size + 2
+            while len(buf) < need:
+                self._need("chunked body")
+            body += buf[len(line) + 2:len(line) + 2 + size]
+            del buf[:need]
+            if size == 0:
+                return bytes(body)
 
 
 def response(status: int, body: bytes, content_type: bytes = b"application/json",

@@ -57,9 +57,6 @@ def render(engine: "Engine") -> bytes:
     cfg, stats = engine.cfg, engine.stats
     model = f'model_name="{cfg.served_model_name}"'
     sched = f'{model},engine_type="unified",tp_rank="0",pp_rank="0"'
-    accept = stats.recent_accept
-    accept_len = sum(accept) / len(accept) if accept else 0.0
-    block = cfg.speculative_num_draft_tokens
     lag = engine.recent_lag()
     gauges = [
         ("sglang:num_running_reqs", "The number of running requests.", len(engine.running)),
@@ -72,10 +69,9 @@ def render(engine: "Engine") -> bytes:
         ("sglang:gen_throughput", "The generation throughput (token/s).", engine.gen_throughput()),
         ("sglang:cache_hit_rate", "The prefix cache hit rate.", stats.cache_hit_rate),
         ("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
-         accept_len),
+         stats.spec.accept_length),
         ("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding "
-         "(`accepted tokens / total draft tokens` in batch).",
-         (accept_len - 1) / (block - 1) if accept and block > 1 else 0.0),
+         "(`accepted tokens / total draft tokens` in batch).", stats.spec.accept_rate),
     ]
     lines: list[str] = []
     for name, doc, value in gauges:

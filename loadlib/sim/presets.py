@@ -17,10 +17,14 @@ class SimConfig:
     """Everything one simulated instance needs; CLI flags override a preset's values.
 
     Timing model (seconds, before `time_scale`):
-    - an idle scheduler starts its first step `admission_delay_s` after a request arrives (the
-      tokenizer-to-scheduler hop), so requests sent together are batched together;
+    - a request reaches the scheduler's queue `frontend_s` after it arrived: SGLang's HTTP
+      server, chat template, TokenizerManager and the IPC hops around the scheduler (input and
+      output side, folded into one) cost every request that much without blocking the GPU;
+    - an idle scheduler starts its first step `admission_delay_s` after a request reaches it, so
+      requests sent together are batched together;
     - a prefill step over chunks of n new tokens each after c tokens of context costs
-      `prefill_step_s + sum(n * prefill_token_s + ((c + n)**2 - c**2) * prefill_quad_s)`;
+      `max(prefill_step_s, sum(n * prefill_token_s + ((c + n)**2 - c**2) * prefill_quad_s))`:
+      it blocks every running decode, and even a few tokens cost one forward pass;
     - a verify (decode) step with B running requests and C context tokens in total costs
       `verify_step_s + (B - 1) * verify_extra_req_s + C * verify_ctx_token_s`;
     - a verify step gives each request 1..`speculative_num_draft_tokens` tokens, drawn from a
@@ -42,6 +46,7 @@ class SimConfig:
     disable_radix_cache: bool = False
     page_size: int = 1
     stream_interval: int = 1
+    decode_log_interval: int = 40  # decode batches between SGLang's decode logs (and gauges)
     # speculative decoding
     speculative_algorithm: str = "DFLASH"
     speculative_num_draft_tokens: int = 8
@@ -51,8 +56,9 @@ class SimConfig:
         "code": 3.5, "en_tech": 2.8, "cn_chat": 2.0, "cn_essay": 1.8})
     # timing model
     time_scale: float = 1.0
+    frontend_s: float = 0.1
     admission_delay_s: float = 0.005
-    prefill_step_s: float = 0.1
+    prefill_step_s: float = 0.03
     prefill_token_s: float = 5e-4
     prefill_quad_s: float = 2.5e-9
     verify_step_s: float = 0.025
@@ -88,13 +94,15 @@ PRESETS: dict[str, SimConfig] = {
         enable_cache_report=True,
         # fitted by benchmarks/calibrate.py's method: accept means so that the protocol prompts'
         # tok/chunk match (thinking off and on), prefill terms by least squares over the cold
-        # prefill table and the single-stream TTFTs, verify step from decode / steps.
+        # prefill table and the single-stream TTFTs (with a prefill forward of at least one decode
+        # forward), verify step from decode / steps.
         accept={"code": 6.474, "en_tech": 3.596, "cn_chat": 2.729, "cn_essay": 1.640},
         reasoning_accept={"code": 3.702, "en_tech": 2.829, "cn_chat": 1.922, "cn_essay": 1.695},
+        frontend_s=0.1,
         admission_delay_s=0.005,
-        prefill_step_s=0.1207,
-        prefill_token_s=5.277e-4,
-        prefill_quad_s=2.4157e-9,
+        prefill_step_s=0.03,
+        prefill_token_s=5.78e-4,
+        prefill_quad_s=2.49e-9,
         verify_step_s=0.0259,
         verify_extra_req_s=0.0038,
         verify_ctx_token_s=2e-8,

@@ -40,7 +40,7 @@ class _Delivery:
     __slots__ = ("sock", "raw", "engine", "req", "shape", "include_usage", "cache_report",
                  "received_at", "first_token_at", "last_token_at", "done_at", "chunks",
                  "pending", "owed", "flushing", "broken", "finished", "wake", "head", "faults",
-                 "hold_s", "close_after_flush", "time_scale", "on_record")
+                 "hold_s", "close_after_flush", "time_scale", "on_record", "emit", "called")
 
     def __init__(self, sock, engine: Engine, req: SimRequest, shape, stream: bool,
                  include_usage: bool, head: bytes, faults: Faults | None,
@@ -56,9 +56,11 @@ class _Delivery:
         self.hold_s = 0.0
         self.pending: list[bytes] = []
         self.flushing = self.broken = self.finished = self.close_after_flush = False
+        self.called = False  # a tool call's first delta has been sent
         self.wake = Event()
         self.on_record = on_record
-        req.on_step = (self.on_step_faulty if faults else self.on_step) if stream else self.on_step_collect
+        self.emit = self.on_step_tools if req.output.calls else self.on_step
+        req.on_step = (self.on_step_faulty if faults else self.emit) if stream else self.on_step_collect
 
     # --- called by the engine's loop: never block, never raise ----------------------------------
 
@@ -79,6 +81,39 @@ class _Delivery:
             parts.append(self._tail())
         stamps = (_FIRST | _LAST if start == 0 else _LAST) | (_DONE if done else 0)
         self._write(b"".join(parts), stamps)
+        if done:
+            self._done()
+
+    def on_step_tools(self, start: int, end: int, done: bool) -> None:
+        """`on_step` for a tool-calling answer: reasoning as usual, then per call a delta with
+        its name once the name is complete and one with the step's share of its arguments.
+        Framing tokens (`<tool_call>`, braces) are output but make no delta, as with SGLang's
+        parser, so the first-token stamp waits for the first delta."""
+        shape, out = self.shape, self.req.output
+        rl = out.reasoning_len
+        parts = [self.head, shape.role()] if start == 0 else []
+        deltas = 0
+        if start < rl:
+            parts.append(shape.reasoning(b"".join(out.escaped[start:min(end, rl)])))
+            deltas += 1
+        for index, call in enumerate(out.calls):
+            if call.name_at >= end:
+                break
+            if start <= call.name_at:
+                parts.append(shape.tool_name(index, call.id, call.name))
+                deltas += 1
+                self.called = True
+            low, high = max(start, call.args_from), min(end, call.args_to)
+            if low < high:
+                parts.append(shape.tool_arguments(index, b"".join(out.escaped[low:high])))
+                deltas += 1
+        stamps = (_FIRST if deltas and not self.chunks else 0) | (_LAST if deltas else 0)
+        self.chunks += deltas
+        if done:
+            parts.append(self._tail())
+            stamps |= _DONE
+        if parts:
+            self._write(b"".join(parts), stamps)
         if done:
             self._done()
 
@@ -103,7 +138,7 @@ class _Delivery:
             self.engine.abort(self.req)
             self._done()
             return
-        self.on_step(start, end, done)
+        self.emit(start, end, done)
         if f.drop_at is not None and end >= f.drop_at and not done:
             self.close_after_flush = True
             self.engine.abort(self.req)
@@ -122,7 +157,11 @@ class _Delivery:
             timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
                                        first - self.received_at, req.limit, now - first)
         matched = tokenizer.EOS_TOKEN_ID if req.finish_reason == "stop" else None
-        parts = [shape.finish(req.finish_reason, matched, timings)]
+        if self.called:  # SGLang: a natural stop after tool calls finishes as "tool_calls"
+            reason = "tool_calls" if req.finish_reason == "stop" else req.finish_reason
+            parts = [shape.tool_finish(reason, matched, timings)]
+        else:
+            parts = [shape.finish(req.finish_reason, matched, timings)]
         if self.include_usage:
             parts.append(shape.usage(req.prompt_tokens, req.limit,
                                      req.cached_tokens if self.cache_report else None,
@@ -267,10 +306,10 @@ class SimServer:
 
     def _handle(self, sock, addr) -> None:
         sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-        buf = bytearray()
+        reader = httpio.RequestReader(sock)
         try:
             while True:
-                request = httpio.read_request(sock, buf)
+                request = reader.read_request()
                 if request is None or not self._route(sock, request) or not request.keep_alive:
                     return
         except httpio.BadRequest as exc:
@@ -334,20 +373,22 @@ class SimServer:
                 "chunked_prefill_size": cfg.chunked_prefill_size,
                 "max_prefill_tokens": cfg.max_prefill_tokens, "page_size": cfg.page_size,
                 "stream_interval": cfg.stream_interval,
+                "decode_log_interval": cfg.decode_log_interval,
                 "kv_cache_dtype": cfg.kv_cache_dtype, "mem_fraction_static": cfg.mem_fraction_static,
                 "disable_radix_cache": cfg.disable_radix_cache,
                 "enable_cache_report": cfg.enable_cache_report,
                 "speculative_algorithm": cfg.speculative_algorithm,
                 "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
                 "enable_metrics": True, **cfg.extra_server_args}
-        accept = self.engine.stats.recent_accept
+        state: dict[str, Any] = {"last_gen_throughput": self.engine.gen_throughput(),
+                                 "memory_usage": {}}
+        accept = self.engine.stats.spec.lifetime_accept_length
+        if accept is not None:  # SGLang leaves the key out until a decode log has run
+            state["avg_spec_accept_length"] = accept
         return {**args,
                 "max_total_num_tokens": cfg.radix_cache_tokens,
                 "max_req_input_len": cfg.context_length - 1,
-                "internal_states": [{
-                    "avg_spec_accept_length": sum(accept) / len(accept) if accept else 0.0,
-                    "last_gen_throughput": self.engine.gen_throughput(),
-                    "memory_usage": {}}],
+                "internal_states": [state],
                 "version": cfg.version,
                 "simulator": {"flavor": cfg.flavor, "time_scale": cfg.time_scale,
                               "config": dataclasses.asdict(cfg)}}
@@ -385,7 +426,7 @@ class SimServer:
     # --- chat -------------------------------------------------------------------------------------
 
     def _chat(self, sock, request: httpio.Request) -> bool:
-        received_at = time.time()
+        received_at = request.received_at
         try:
             body = orjson.loads(request.body)
             if not isinstance(body, dict):
@@ -408,8 +449,12 @@ class SimServer:
         if faults and faults.http_status:
             return self._send(sock, self._fault_status(faults, rid_header))
         natural = request.headers.get("x-sim-natural-tokens")
-        req = self.engine.make_request(rid, messages, max_tokens, temperature, thinking,
-                                       int(natural) if natural and natural.isdigit() else None)
+        try:
+            req = self.engine.make_request(rid, messages, max_tokens, temperature, thinking,
+                                           int(natural) if natural and natural.isdigit() else None,
+                                           body.get("tools"), body.get("tool_choice", "auto"))
+        except ValueError as exc:
+            return self._send(sock, self._error(400, str(exc), extra=rid_header))
         error = self._check_length(req, max_tokens, bool(faults and faults.too_long))
         if error:
             return self._send(sock, self._error(400, error, extra=rid_header))
@@ -469,9 +514,15 @@ class SimServer:
 
     def _full_response(self, delivery: _Delivery) -> dict[str, Any]:
         req, shape = delivery.req, delivery.shape
-        texts, rl = req.output.texts, req.output.reasoning_len
-        answer = "".join(texts[rl:req.limit]) if req.limit > rl else ""
-        reasoning = "".join(texts[:min(rl, req.limit)]) or None
+        texts, rl, limit = req.output.texts, req.output.reasoning_len, req.limit
+        answer: str | None = "".join(texts[rl:limit]) if limit > rl else ""
+        reasoning = "".join(texts[:min(rl, limit)]) or None
+        calls = [{"id": c.id, "function": {"name": c.name,
+                                           "arguments": "".join(texts[c.args_from:min(c.args_to, limit)])}}
+                 for c in req.output.calls if c.name_at < limit]
+        reason = req.finish_reason
+        if calls:
+            answer, reason = None, "tool_calls" if reason == "stop" else reason
         usage = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.limit,
                  "completion_tokens": req.limit,
                  "prompt_tokens_details": ({"cached_tokens": req.cached_tokens}
@@ -481,4 +532,4 @@ class SimServer:
         elapsed = time.time() - delivery.received_at
         timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
                                    0.0, req.limit, elapsed)
-        return shape.response(answer, reasoning, req.finish_reason, matched, usage, timings)
+        return shape.response(answer, reasoning, reason, matched, usage, timings, calls or None)

@@ -10,6 +10,7 @@ cache can match prefixes token-exactly.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 
@@ -66,9 +67,29 @@ def message_text(content: object) -> str:
     return "" if content is None else str(content)
 
 
-def encode_chat(messages: list[dict], thinking: bool) -> list[int]:
+_TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+_TOOLS_TAIL = ("</tools>\n\nFor each function call, return a json object with function name and "
+               "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+               '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def _with_tools(messages: list[dict], tools: list) -> list[dict]:
+    """The messages as Qwen's template sees them with `tools`: the tool signatures are appended
+    to the system turn (one is added when there is none), so they are part of the prompt."""
+    signatures = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+    block = f"{_TOOLS_HEAD}{signatures}\n{_TOOLS_TAIL}"
+    if messages and messages[0].get("role") == "system":
+        system = message_text(messages[0].get("content")) + "\n\n" + block
+        return [{"role": "system", "content": system}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
+def encode_chat(messages: list[dict], thinking: bool, tools: list | None = None) -> list[int]:
     """Prompt token ids as a Qwen3 chat template renders them (one user turn is ~9 tokens of
     framing), with the empty think block that `enable_thinking=false` adds."""
+    if tools:
+        messages = _with_tools(messages, tools)
     ids: list[int] = []
     for msg in messages:
         ids.append(IM_START)

@@ -1,7 +1,9 @@
 """The `--trace FILE` journal: one JSON line per finished request, written when it ends.
 
-Its timestamps are taken with `time.time()` right after the socket write returned, so a client
-can compare its own TTFT and decode figures with what the server actually sent.
+`received_at` is the kernel's receive time of the request's first byte (see
+`httpio.RequestReader`); the others are `time.time()` right after the socket write returned. So
+a client can compare its own TTFT and decode figures with what the server actually received and
+sent, without the simulator's own parsing delays in between.
 """
 
 from __future__ import annotations

@@ -42,6 +42,8 @@ class SglangShape:
         self._post_content = b'","reasoning_content":null,"tool_calls":null}' + tail
         self._pre_reasoning = head + b'{"role":null,"content":null,"reasoning_content":"'
         self._post_reasoning = b'","tool_calls":null}' + tail
+        self._pre_tool = head + b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":['
+        self._post_tool = b']}' + tail
 
     def role(self) -> bytes:
         return frame(self._head + b'{"role":"assistant","content":"","reasoning_content":null,'
@@ -52,6 +54,20 @@ class SglangShape:
 
     def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
         return _framed(self._pre_reasoning + text + self._post_reasoning)
+
+    def tool_name(self, index: int, call_id: str, name: str) -> bytes:
+        """A tool call's first delta: its id, type and name (ToolCall dumps every field)."""
+        return _framed(self._pre_tool + b'{"id":%b,"index":%d,"type":"function","function":{"name":%b,'
+                       b'"arguments":""}}' % (_dumps(call_id), index, _dumps(name)) + self._post_tool)
+
+    def tool_arguments(self, index: int, text: bytes) -> bytes:
+        """A fragment of a tool call's arguments JSON (`text` already escaped)."""
+        return _framed(self._pre_tool + b'{"id":null,"index":%d,"type":"function","function":{"name":null,'
+                       b'"arguments":"%b"}}' % (index, text) + self._post_tool)
+
+    def tool_finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
+        """The finish after tool-call deltas (SGLang: its usual finish chunk)."""
+        return self.finish(reason, matched_stop, timings)
 
     def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
         return frame(self._head + b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":null},'
@@ -82,13 +98,16 @@ class SglangShape:
         """The flat error body of `create_error_response` (e.g. a prompt that is too long)."""
         return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
 
-    def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
-                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
+    def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
+                 usage: dict[str, Any], timings: dict | None = None,
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        calls = [{"id": c["id"], "index": i, "type": "function", "function": c["function"]}
+                 for i, c in enumerate(tool_calls)] if tool_calls else None
         return {"id": self.rid, "object": "chat.completion", "created": self.created,
                 "model": self.model,
                 "choices": [{"index": 0,
                              "message": {"role": "assistant", "content": text,
-                                         "reasoning_content": reasoning, "tool_calls": None},
+                                         "reasoning_content": reasoning, "tool_calls": calls},
                              "logprobs": None, "finish_reason": reason,
                              "matched_stop": matched_stop}],
                 "usage": usage, "metadata": {"weight_version": "default"}}
@@ -117,6 +136,20 @@ class VllmShape(SglangShape):
     def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
         return self._delta(b"reasoning", text, finish)
 
+    def tool_name(self, index: int, call_id: str, name: str) -> bytes:
+        return _framed(self._head + b'{"tool_calls":[{"id":%b,"type":"function","index":%d,"function":'
+                       b'{"name":%b}}]},"logprobs":null,"finish_reason":null}]}\n\n' % (
+                           _dumps(call_id), index, _dumps(name)))
+
+    def tool_arguments(self, index: int, text: bytes) -> bytes:
+        return _framed(self._head + b'{"tool_calls":[{"index":%d,"function":{"arguments":"%b"}}]},'
+                       b'"logprobs":null,"finish_reason":null}]}\n\n' % (index, text))
+
+    def tool_finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
+        """vLLM sends an empty delta with the finish when the tool parser had nothing left."""
+        return frame(self._head + b'{},"logprobs":null,"finish_reason":%b,"stop_reason":null}]}\n\n'
+                     % _dumps(reason))
+
     def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
         return b""
 
@@ -138,13 +171,15 @@ class VllmShape(SglangShape):
     def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
         return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
 
-    def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
-                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
+    def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
+                 usage: dict[str, Any], timings: dict | None = None,
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        calls = [{"id": c["id"], "type": "function", "function": c["function"]} for c in tool_calls or ()]
         return {"id": self.rid, "object": "chat.completion", "created": self.created,
                 "model": self.model,
                 "choices": [{"index": 0,
                              "message": {"role": "assistant", "content": text,
-                                         "reasoning": reasoning, "tool_calls": []},
+                                         "reasoning": reasoning, "tool_calls": calls},
                              "logprobs": None, "finish_reason": reason, "stop_reason": None}],
                 "usage": {k: v for k, v in usage.items() if v is not None and k != "reasoning_tokens"}}
 
@@ -177,6 +212,15 @@ class LlamacppShape(SglangShape):
     def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
         return self._delta(b"reasoning_content", text)
 
+    def tool_name(self, index: int, call_id: str, name: str) -> bytes:
+        return _framed(b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":%d,'
+                       b'"id":%b,"type":"function","function":{"name":%b,"arguments":""}}]}}],%b}\n\n' % (
+                           index, _dumps(call_id), _dumps(name), self._tail))
+
+    def tool_arguments(self, index: int, text: bytes) -> bytes:
+        return _framed(b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":%d,'
+                       b'"function":{"arguments":"%b"}}]}}],%b}\n\n' % (index, text, self._tail))
+
     def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
         return frame(b'data: {"choices":[{"finish_reason":%b,"index":0,"delta":{}}],%b,"timings":%b}\n\n' % (
             _dumps(reason), self._tail, _dumps(timings or {})))
@@ -198,11 +242,15 @@ class LlamacppShape(SglangShape):
             "invalid_request_error" if code == 400 else "server_error")
         return {"error": {"code": code, "message": message, "type": kind}}
 
-    def response(self, text: str, reasoning: str | None, reason: str, matched_stop: int | None,
-                 usage: dict[str, Any], timings: dict | None = None) -> dict[str, Any]:
+    def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
+                 usage: dict[str, Any], timings: dict | None = None,
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if reasoning:
             message["reasoning_content"] = reasoning
+        if tool_calls:
+            message["tool_calls"] = [{"type": "function", "function": c["function"], "id": c["id"]}
+                                     for c in tool_calls]
         return {"choices": [{"finish_reason": reason, "index": 0, "message": message}],
                 "created": self.created, "model": self.model,
                 "system_fingerprint": self.FINGERPRINT, "object": "chat.completion",

@@ -42,6 +42,26 @@ class Reply:
     def token_chunks(self) -> list[dict]:
         return [d for d in self.deltas if d.get("content") or d.get("reasoning_content")]
 
+    @property
+    def tool_deltas(self) -> list[dict]:
+        return [call for d in self.deltas for call in d.get("tool_calls") or ()]
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        """Streamed calls in index order: the first delta's id and name, the arguments joined."""
+        calls: dict[int, dict] = {}
+        for delta in self.tool_deltas:
+            function = delta["function"]
+            call = calls.setdefault(delta["index"], {"id": delta.get("id"), "name": function.get("name"),
+                                                     "arguments": ""})
+            call["arguments"] += function.get("arguments") or ""
+        return [calls[i] for i in sorted(calls)]
+
+    @property
+    def body_bytes(self) -> bytes:
+        """The SSE body as sent (blank lines restored), for the client's own parser."""
+        return b"".join(line.encode() + b"\n\n" for line in self.lines)
+
 
 def chat_payload(prompt: str = PROTOCOL_PROMPTS["code"], max_tokens: int = 64, stream: bool = True,
                  thinking: bool = False, **extra) -> dict:

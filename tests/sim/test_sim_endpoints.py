@@ -7,11 +7,16 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from sim_http import chat, metric, request
+
+from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
+from loadlib.sim.process import start_simulator
 
 
 def test_server_info_reports_launch_flags_version_and_accept_length(sim):
-    chat(sim.url, max_tokens=64)
+    chat(sim.url, max_tokens=512)  # over 40 decode batches: one decode log at least
     for path in ("/get_server_info", "/server_info"):
         info = request(sim.url, "GET", path).body
         assert info["max_running_requests"] == 2 and info["chunked_prefill_size"] == 2048
@@ -19,6 +24,24 @@ def test_server_info_reports_launch_flags_version_and_accept_length(sim):
         assert info["tp_size"] == 2 and info["kv_cache_dtype"] == "fp8_e5m2"
         assert info["version"].startswith("0.5")
         assert 1 < info["internal_states"][0]["avg_spec_accept_length"] <= 8
+
+
+def test_spec_accept_length_gauge_is_the_last_decode_log_interval_server_info_the_lifetime():
+    # SGLang's decode log sets the gauge every --decode-log-interval decode batches from those
+    # batches alone; /get_server_info averages every completed interval since start.
+    accept = PRESETS[DEFAULT_PRESET].accept
+    with start_simulator(["--time-scale", "0.02", "--decode-log-interval", "20"]) as sim:
+        gauge = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:spec_accept_length")
+        state = lambda: request(sim.url, "GET", "/get_server_info").body["internal_states"][0]
+        assert gauge() == 0 and "avg_spec_accept_length" not in state()
+        chat(sim.url, prompt=PROTOCOL_PROMPTS["code"], max_tokens=512)  # ~80 decode batches
+        code = gauge()
+        chat(sim.url, prompt=PROTOCOL_PROMPTS["cn_essay"], max_tokens=512)  # ~310 batches
+        essay, lifetime = gauge(), state()["avg_spec_accept_length"]
+        rate = metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:spec_accept_rate")
+    assert abs(code - accept["code"]) < 0.6 and abs(essay - accept["cn_essay"]) < 0.45
+    assert essay < lifetime < (essay + code) / 2  # many more essay batches than code ones
+    assert rate == pytest.approx((essay - 1) / 7)
 
 
 def test_model_info_and_health_generate(sim):

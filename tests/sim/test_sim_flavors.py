@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from sim_http import chat, chat_payload
 
+from loadlib.scenarios.corpus import tools
 from loadlib.sim.process import start_simulator
+from loadlib.sse import parse_stream
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,18 @@ def test_every_flavor_streams_the_same_text(sim, vllm, llamacpp):
 def test_llamacpp_too_long_error_shape(llamacpp):
     reply = chat(llamacpp.url, max_tokens=8, headers={"X-Sim-Fault": "too_long"})
     assert reply.status == 400 and reply.body["error"]["type"] == "exceed_context_size_error"
+
+
+def test_every_flavor_streams_the_same_tool_calls_in_its_own_shape(sim, vllm, llamacpp):
+    payload = chat_payload("Label issue 7 with the tools.", max_tokens=512, tools=list(tools()),
+                           tool_choice="required")
+    servers = {"sglang": sim, "vllm": vllm, "llamacpp": llamacpp}
+    replies = {name: chat(server.url, payload) for name, server in servers.items()}
+    assert len({str(r.tool_calls) for r in replies.values()}) == 1 and replies["sglang"].tool_calls
+    first = {name: r.tool_deltas[0] for name, r in replies.items()}
+    assert list(first["sglang"]) == ["id", "index", "type", "function"]
+    assert "arguments" not in first["vllm"]["function"] and "id" not in replies["vllm"].tool_deltas[1]
+    assert list(first["llamacpp"]) == ["index", "id", "type", "function"]
+    for reply in replies.values():
+        summary = parse_stream([reply.body_bytes], [0.0])
+        assert summary.finish_reason == "tool_calls" and summary.chunks == len(reply.tool_deltas)
