@@ -26,7 +26,7 @@ LONG_CONTEXT = "long-context"  # scenario names of the long-context kind start w
 
 
 @dataclass(frozen=True)
-class Slo:
+class GoodputSlo:
     """Goodput targets: a request counts when it meets both."""
 
     ttft_s: float = 2.0
@@ -34,12 +34,12 @@ class Slo:
 
 
 def goodput_slo(manifest: Mapping[str, Any], ttft_s: float | None = None,
-                decode_tps: float | None = None) -> Slo:
+                decode_tps: float | None = None) -> GoodputSlo:
     """The given targets, else the profile's `[slo]` as the manifest recorded it, else 2 s and 20 t/s."""
     profile = (manifest.get("profile") or {}).get("slo") or {}
-    default = Slo()
-    return Slo(ttft_s or profile.get("ttft_s") or default.ttft_s,
-               decode_tps or profile.get("decode_tps") or default.decode_tps)
+    default = GoodputSlo()
+    return GoodputSlo(ttft_s or profile.get("ttft_s") or default.ttft_s,
+                      decode_tps or profile.get("decode_tps") or default.decode_tps)
 
 
 def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any] | None = None,
@@ -50,7 +50,7 @@ def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any
 
 
 def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str | Path | None = None,
-                     slo: Slo | None = None, tables: ProtocolTables | None = None) -> Document:
+                     slo: GoodputSlo | None = None, tables: ProtocolTables | None = None) -> Document:
     """The summary as a document (no manifest block): the settings line, then its sections.
 
     `slo` defaults to `goodput_slo(manifest)`; `tables` saves recomputing them for a caller that
