@@ -58,6 +58,23 @@ def http_date() -> bytes:
     return _date_cache[1]
 
 
+def enable_timestamps(sock) -> bool:
+    """Asks the kernel to stamp what `sock` receives; False where it cannot.
+
+    Set it on the listening socket at start too: Linux turns receive timestamps on for the
+    whole stack lazily (deferred work after the first socket asks), so bytes that arrive in
+    the first moments, or before `accept` returns, would otherwise carry no stamp; accepted
+    sockets inherit the option.
+    """
+    if not KERNEL_TIMESTAMPS:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
 class RequestReader:
     """Reads keep-alive requests off one connection, each stamped with the kernel's receive time.
 
@@ -75,13 +92,7 @@ class RequestReader:
         self.sock = sock
         self.buf = bytearray()  # received, not yet consumed
         self._buf_at = 0.0  # receive time of the read that brought buf's first byte
-        self._timestamps = False
-        if KERNEL_TIMESTAMPS:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                self._timestamps = True
-            except OSError:
-                pass
+        self._timestamps = enable_timestamps(sock)
 
     def _read(self) -> int:
         """One read appended to `buf`; returns its size (0 at EOF)."""

@@ -296,6 +296,7 @@ class SimServer:
 
     def start(self) -> None:
         self._server.start()
+        httpio.enable_timestamps(self._server.socket)
         self.engine.start()
 
     def stop(self) -> None:
