@@ -151,7 +151,7 @@ class RunSession:
         self.summarized = True
         if self.workers is not None:
             self.workers.stop()
-        from loadlib.profile_summary import render_run_summary
+        from analysis import render_summary
 
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.manifest["finished"] = self.conductor is not None and self.conductor.finished.is_set()
@@ -159,7 +159,7 @@ class RunSession:
         if self.conductor is not None and self.conductor.flushes:
             self.manifest["cache_flushes"] = dict(self.conductor.flushes)
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
-        text = render_run_summary(self.records, self.manifest, self.profile)
+        text = render_summary(self.records, self.manifest, self.run_dir)
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         if self.journal is not None:
             self.journal.close()

@@ -8,7 +8,7 @@ table, so the charts live on a small self-contained page at `/uni/` (plain JS an
 Every figure comes from the post-processor's own functions (`ProtocolTables`, and from
 `loadlib.metrics` the TTFT percentiles, failures, prefill/cache, steady-state and timeline
 tables) applied to the records that the run's session holds; on a master those are every
-worker's records. The report is the end-of-run summary's own `render_run_summary`.
+worker's records. The report is the end-of-run summary's own `analysis.render_summary`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from locust import argument_parser
 from locust.env import Environment
 from werkzeug.datastructures import ImmutableMultiDict
 
-from analysis import text
+from analysis import render_summary, text
 from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables
 from loadlib import metrics
-from loadlib.profile_summary import render_run_summary
 from loadlib.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -132,7 +131,7 @@ class LiveFigures:
         if saved.exists():
             return saved.read_text(encoding="utf-8")
         return (f"Run in progress ({len(session.records)} requests so far); run files: {session.run_dir}\n\n"
-                + render_run_summary(session.records, session.manifest, session.profile) + "\n")
+                + render_summary(session.records, session.manifest, session.run_dir) + "\n")
 
     def view(self) -> dict[str, Any]:
         """Phase, settings, table rows and chart series, as JSON-ready values."""
@@ -198,7 +197,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     tables = ProtocolTables.from_frame(frame)
     single_frame = frame[frame["case"] == metrics.SINGLE_CASE]
     ttft_by_scenario = metrics.ttft_percentiles(single_frame, by="scenario")
-    concurrent = tables.concurrent.set_index(["concurrency", "case"])
+    concurrent = tables.concurrent.set_index("cell")
     steady = metrics.steady_state_table(frame).set_index("cell")
     steady_pct = metrics.steady_percentiles(frame)
     steady_ttft = steady_pct[steady_pct["figure"] == "ttft_s"].set_index("cell")
@@ -215,7 +214,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
         own = frame[frame["cell"] == slot.cell]
         failures = tables.failures[tables.failures["cell"] == slot.cell]
         if slot.case in metrics.CONCURRENT_CASES:
-            cell = _row(concurrent, (slot.concurrency, slot.case))
+            cell = _row(concurrent, slot.cell)
             return _formatted(_row(tables.ttft, slot.cell), failures, _rounds_done(_get(cell, "n"), own, slot.rounds),
                               decode=_get(cell, "stream_decode_tps"), aggregate=_get(cell, "aggregate_tps"),
                               overlap=_get(cell, "overlap"), cache=_cached_share(_get(cell, "cached_share")))
