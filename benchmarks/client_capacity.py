@@ -37,7 +37,7 @@ from loadlib.sim.process import start_simulator  # noqa: E402
 # Simulator time scale per point. At 8 streams (fidelity) decode lasts about half a second; at
 # 64 and 256 (capacity) verify steps are short enough that the simulator offers more chunks/s
 # than the targets (a batch of B streams takes 25.9 + 3.8 (B - 1) ms before scaling).
-TIME_SCALES = {8: 0.1, 64: 0.004, 256: 0.004}
+TIME_SCALES = {8: 0.1, 64: 0.004, 256: 0.01}
 
 
 def run_point(streams: int, rounds: int, max_tokens: int, time_scale: float, work: Path) -> dict:

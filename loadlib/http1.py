@@ -37,6 +37,23 @@ _unverified: set[str] = set()  # endpoints already warned about (once per proces
 MAX_BODY_BYTES = 64 << 20  # far above any chat stream; bounds memory when --host is not an LLM server
 
 
+def _switch_kernel_timestamps_on() -> socket.socket | None:
+    """Linux turns receive timestamping on for the whole stack lazily, some time after the first
+    socket asks for it; segments that arrive before are not stamped. One socket that asks at
+    import, and stays open, keeps it on before the first request is sent."""
+    if not _KERNEL_TIMESTAMPS:
+        return None
+    try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        keeper.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        return keeper
+    except OSError:
+        return None
+
+
+_TIMESTAMP_KEEPER = _switch_kernel_timestamps_on()
+
+
 class TransportError(Exception):
     """The exchange failed below HTTP (connect, reset, timeout, bad framing); str is the reason."""
 
@@ -129,6 +146,15 @@ class Connection:
             return self._exchange(payload, deadline)
         except _StaleConnection:  # the server had closed the idle connection: one fresh try
             return self._exchange(payload, deadline)
+
+    def connect(self) -> None:
+        """Opens the connection ahead of the first request (a failure is left for that request
+        to report), so that connection set-up never delays a round's synchronised start."""
+        if self._stream is None:
+            try:
+                self._stream = self._connect()
+            except TransportError:
+                pass
 
     def close(self) -> None:
         if self._stream is not None:

@@ -99,6 +99,9 @@ class AssignedUser(User):
         self.worker_index = max(getattr(runner, "worker_index", 0), 0)
         self.user_number = next(_user_numbers)
 
+    def on_start(self) -> None:
+        self.client.connection.connect()
+
     def on_stop(self) -> None:
         self.client.close()
 
