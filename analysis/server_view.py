@@ -33,9 +33,15 @@ def server_sections(run_dir: Path, records: pd.DataFrame, manifest: Mapping[str,
 
 
 def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFrame) -> pd.DataFrame:
-    """One row per source and cell, with the client's tok/chunk over the same cell beside."""
+    """One row per source and cell, with the client's tok/chunk over the same cell beside.
+
+    A cell with no measured records (warm-up, priming) is left out, as the client's figures
+    leave it out."""
     rows = []
+    measured_cells = set(records["cell"])
     for c in cells:
+        if c.span.cell not in measured_cells:
+            continue
         own = serverfigures.cell_records(records, c.span)
         tok_per_chunk = serverfigures.client_tok_per_chunk(own)
         relative = serverfigures.divergence(c.accept_length, tok_per_chunk)
