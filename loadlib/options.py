@@ -67,6 +67,7 @@ PROFILE_SETTINGS: dict[str, Any] = {
 
 def add_arguments(parser: Any) -> None:
     """Adds the tool's options to Locust's (configargparse) parser."""
+    parser.set_defaults(web_host="127.0.0.1")  # servers this tool starts bind loopback unless told
     group = parser  # Locust's own add_argument (not a group's) knows include_in_web_ui
     group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
     group.add_argument("--api-key", default="", include_in_web_ui=False,

@@ -194,3 +194,23 @@ def test_a_lost_worker_fails_its_requests_and_the_run_finishes_by_itself(tmp_pat
     assert len(lost) == 1  # the lost worker held one stream of the round under way
     assert len(records) == 2 * 4 * 2  # every assignment has a record: same and different, 4 rounds of 2
     assert WORKER_LOST in (run_dir / "summary.txt").read_text(encoding="utf-8")
+
+
+def test_the_web_ui_binds_loopback_unless_told(tmp_path):
+    import time
+
+    from tests.conftest import LOCUSTFILE
+
+    port = str(free_port())
+    proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--web-port", port,
+                             "--sim-args", FAST_SIM], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 30
+        line = ""
+        while "Starting web interface" not in line and time.time() < deadline:
+            line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert f"Starting web interface at http://127.0.0.1:{port}" in line
