@@ -5,7 +5,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -19,6 +23,36 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def sglang_router(worker_urls: list[str], *extra_args: str) -> Iterator[str]:
+    """The real sglang-router (round_robin) on a free loopback port in front of `worker_urls`:
+    yields its URL once it answers /health, and always stops it."""
+    port = free_port()
+    router = subprocess.Popen(
+        [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
+         "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warn",
+         *extra_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                if time.monotonic() > deadline or router.poll() is not None:
+                    pytest.fail("sglang-router did not become healthy")
+                time.sleep(0.1)
+        yield url
+    finally:
+        router.terminate()
+        try:
+            router.wait(10)
+        except subprocess.TimeoutExpired:
+            router.kill()
+            router.wait()
 
 
 def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,

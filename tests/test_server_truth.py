@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import orjson
@@ -26,7 +24,7 @@ from loadlib import metrics, serverfigures
 from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
 from loadlib.serverinfo import REDACTED, redact
 from loadlib.sim.process import start_simulator
-from tests.conftest import FAST_SIM, free_port, run_locust
+from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
 
 DATA = Path(__file__).parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
@@ -271,31 +269,9 @@ def routed():
     """The real sglang-router (round_robin, metrics on their own port) before two simulators."""
     pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install -e '.[router]')")
     with start_simulator(["--instances", "2", "--time-scale", "0.05"]) as sim:
-        port, metrics_port = free_port(), free_port()
-        router = subprocess.Popen(
-            [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *sim.urls,
-             "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port),
-             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", "warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if urllib.request.urlopen(url + "/health", timeout=1).status == 200:
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail("sglang-router did not become healthy")
-                    time.sleep(0.1)
+        metrics_port = free_port()
+        with sglang_router(sim.urls, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)) as url:
             yield url, f"http://127.0.0.1:{metrics_port}", sim.urls
-        finally:
-            router.terminate()
-            try:
-                router.wait(10)
-            except subprocess.TimeoutExpired:
-                router.kill()
-                router.wait()
 
 
 def test_router_and_worker_metrics_give_the_per_instance_split(tmp_path, routed):
