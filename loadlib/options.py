@@ -33,7 +33,7 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
     return value
 

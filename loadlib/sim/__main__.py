@@ -13,6 +13,7 @@ from typing import Sequence
 
 import gevent
 
+from loadlib.options import positive_float, positive_int
 from loadlib.sim.faults import FaultPicker, parse_spec
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
 from loadlib.sim.server import SimServer
@@ -23,20 +24,6 @@ from loadlib.sim.wire import SHAPES
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit status 2
         self.exit(2, f"loadlib.sim: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def _fault(text: str):
@@ -51,11 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=30000,
                    help="first port; instance i listens on port+i; 0 picks free ports")
-    p.add_argument("--instances", type=_positive_int, default=1,
+    p.add_argument("--instances", type=positive_int, default=1,
                    help="independent engines on consecutive ports")
     p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
                    help=f"engine parameters of a real deployment (default {DEFAULT_PRESET})")
-    p.add_argument("--time-scale", type=_positive_float,
+    p.add_argument("--time-scale", type=positive_float,
                    help="multiply every simulated duration by this (0.05 runs 20x faster)")
     p.add_argument("--trace", help="append one JSON line per finished request to this file")
     p.add_argument("--flavor", choices=sorted(SHAPES), help="wire shapes of this server")
@@ -65,18 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "requests can also ask with the header X-Sim-Fault: KIND[=VALUE]")
     p.add_argument("--fault-seed", type=int, default=0, help="seed of the fault share draws")
     g = p.add_argument_group("engine (SGLang launch flags; override the preset)")
-    g.add_argument("--max-running-requests", type=_positive_int)
+    g.add_argument("--max-running-requests", type=positive_int)
     g.add_argument("--chunked-prefill-size", type=int)
-    g.add_argument("--max-prefill-tokens", type=_positive_int)
-    g.add_argument("--context-length", type=_positive_int)
-    g.add_argument("--speculative-num-draft-tokens", type=_positive_int,
+    g.add_argument("--max-prefill-tokens", type=positive_int)
+    g.add_argument("--context-length", type=positive_int)
+    g.add_argument("--speculative-num-draft-tokens", type=positive_int,
                    help="draft block size: a verify step yields 1..N tokens")
-    g.add_argument("--page-size", type=_positive_int)
-    g.add_argument("--stream-interval", type=_positive_int,
+    g.add_argument("--page-size", type=positive_int)
+    g.add_argument("--stream-interval", type=positive_int,
                    help="stream output every N decode steps (merges steps into one chunk)")
-    g.add_argument("--decode-log-interval", type=_positive_int,
+    g.add_argument("--decode-log-interval", type=positive_int,
                    help="decode batches between decode logs, which set the spec_accept_length gauge")
-    g.add_argument("--radix-cache-tokens", type=_positive_int, help="radix cache capacity (tokens)")
+    g.add_argument("--radix-cache-tokens", type=positive_int, help="radix cache capacity (tokens)")
     g.add_argument("--disable-radix-cache", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--enable-cache-report", action=argparse.BooleanOptionalAction, default=None,
                    help="report usage.prompt_tokens_details.cached_tokens (the preset turns it on)")
