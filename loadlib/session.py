@@ -128,7 +128,7 @@ class RunSession:
             self.profile, users, build_body=lambda job: chat_body(settings, job.messages, **job.params),
             dispatch=self._dispatch, capacity=self._capacity,
             flush=partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure),
-            lead_time_s=0.25 if self._distributed else 0.05, request_timeout_s=opts.request_timeout)
+            lead_time_s=0.25 if self.workers is not None else 0.05, request_timeout_s=opts.request_timeout)
         plan = self.conductor.plan
         self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
                                        plan=plan)
@@ -178,10 +178,6 @@ class RunSession:
         self.records.append(record)
         self.conductor.on_record(record)
 
-    @property
-    def _distributed(self) -> bool:
-        return isinstance(self.environment.runner, MasterRunner)
-
     def _capacity(self) -> int:
         return self.environment.runner.user_count
 
@@ -194,7 +190,7 @@ class RunSession:
     def selfwatch_snapshots(self) -> list[dict[str, Any]]:
         snaps = list(self.selfwatch_by_worker.values())
         watch = getattr(self.environment, "uni_selfwatch", None)
-        if watch is not None and not self._distributed:
+        if watch is not None and self.workers is None:  # a master's own loop times nothing
             snaps.append(watch.snapshot())
         return snaps
 
