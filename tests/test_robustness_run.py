@@ -222,19 +222,28 @@ def test_a_server_restart_mid_run_gives_failures_while_down_then_normal_figures(
 
 # --- nothing lost: kill -9 and Ctrl-C --------------------------------------------------------------
 
-def test_kill_9_mid_run_keeps_every_finished_request_and_the_report_says_cut_short(tmp_path, sim):
-    process, trace = sim
+def interrupted_run(tmp_path: Path, url: str, sig: int, after_records: int,
+                    timeout: float) -> tuple[Path, float, int, str, str]:
+    """A long 2-stream protocol run sent `sig` once `after_records` records are on disk:
+    (run dir, when the signal went, exit code, stdout, stderr)."""
     run_dir = tmp_path / "r"
     proc = start_locust([*QUIET, "-u", "2", "--rounds", "50", "--scenarios", "code", "--concurrency", "2",
-                         "--host", process.url, "--model", "default", "--run-dir", str(run_dir)], tmp_path)
+                         "--host", url, "--model", "default", "--run-dir", str(run_dir)], tmp_path)
     try:
-        wait_for_records(run_dir, 12, proc)
-        killed_at = time.time()
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
+        wait_for_records(run_dir, after_records, proc)
+        signalled_at = time.time()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+    return run_dir, signalled_at, proc.returncode, out, err
+
+
+def test_kill_9_mid_run_keeps_every_finished_request_and_the_report_says_cut_short(tmp_path, sim):
+    process, trace = sim
+    run_dir, killed_at, _code, _out, _err = interrupted_run(tmp_path, process.url, signal.SIGKILL, 12, timeout=10)
     records = journal(run_dir)  # every line is whole JSON
     assert finished_by(trace, killed_at - 0.3) <= {r["request_id"] for r in records}
     assert not (run_dir / "summary.txt").exists()
@@ -294,19 +303,8 @@ def test_kill_9_of_one_worker_keeps_the_finished_requests_and_ctrl_c_ends_the_ru
 
 def test_ctrl_c_ends_the_run_cleanly_with_the_summary_of_what_finished(tmp_path, sim):
     process, trace = sim
-    run_dir = tmp_path / "r"
-    proc = start_locust([*QUIET, "-u", "2", "--rounds", "50", "--scenarios", "code", "--concurrency", "2",
-                         "--host", process.url, "--model", "default", "--run-dir", str(run_dir)], tmp_path)
-    try:
-        wait_for_records(run_dir, 10, proc)
-        stopped_at = time.time()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+    run_dir, stopped_at, code, out, err = interrupted_run(tmp_path, process.url, signal.SIGINT, 10, timeout=20)
+    assert code == 0 and "Traceback" not in err, err[-3000:]
     records = journal(run_dir)
     assert finished_by(trace, stopped_at - 0.3) <= {r["request_id"] for r in records}
     summary = (run_dir / "summary.txt").read_text(encoding="utf-8")
