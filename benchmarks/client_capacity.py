@@ -3,24 +3,31 @@
 For each point it runs this tool's protocol (one Locust process, `--concurrency N`) against a
 fresh simulator on the other core, then joins every record with the simulator's own trace by
 request id (`X-Request-Id`) and prints: achieved chunks/s while streams were active, the client's
-CPU share and CPU microseconds per chunk, and the client's TTFT and decode errors against the
-simulator's send times.
+CPU share and CPU microseconds per chunk, the client's TTFT and decode errors against the
+simulator's send times, and the client's resident memory when the point's streams start and end.
 
-    python benchmarks/client_capacity.py [--points 8,64,256] [--rounds 2] [--max-tokens 1024]
+    python benchmarks/client_capacity.py [--points 8,64,256,64x1x1024,256x1x4096] [--rounds 2]
+
+A point is `STREAMS` (speculative chunks of the preset, `--max-tokens` answers) or
+`STREAMSxTOKENS_PER_CHUNKxANSWER_TOKENS` (e.g. `256x1x4096`: 256 streams, one token per chunk as
+vLLM and llama.cpp send without speculative decoding, 4096-token answers).
 
 Targets for one worker process: at 8 streams TTFT error p99 < 1 ms and decode error < 0.3%;
-at 64 streams >= 40,000 chunks/s with TTFT error p99 < 2 ms; at 256 streams >= 20,000 chunks/s
-with TTFT error p99 < 2 ms. The simulator's step time is set per point (--time-scale) so that it
-offers more chunks than the target; the simulator's own lag is printed to show it kept up.
+at 64 streams >= 40,000 chunks/s with TTFT error p99 < 2 ms (and decode error p99 <= 0.3% with
+one token per chunk); at 256 streams >= 20,000 chunks/s with TTFT error p99 < 1 ms; resident
+memory flat across the 256 x 4096 point. The simulator's step time is set per point
+(--time-scale) so that it offers more chunks than the target.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,52 +39,106 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from loadlib import metrics  # noqa: E402
 from loadlib.records import read_records  # noqa: E402
-from loadlib.sim.process import start_simulator  # noqa: E402
+from loadlib.sim.process import READY_PREFIX, SimulatorProcess, start_simulator  # noqa: E402
 
 # Simulator time scale per point. At 8 streams (fidelity) decode lasts about half a second; at
 # 64 and 256 (capacity) verify steps are short enough that the simulator offers more chunks/s
-# than the targets (a batch of B streams takes 25.9 + 3.8 (B - 1) ms before scaling).
-TIME_SCALES = {8: 0.1, 64: 0.004, 256: 0.01}
+# than the targets (a batch of B streams takes 25.9 + 3.8 (B - 1) ms before scaling, one chunk
+# per stream per step).
+TIME_SCALES = {8: 0.1, 64: 0.004, 256: 0.008}
+
+# The preset's answers end by themselves after 1088..2111 tokens; a long-answer point makes them
+# end at max_tokens instead (the simulator has no flag for it, so a wrapper sets the preset).
+_LONG_SIMULATOR = """
+import sys
+from loadlib.sim import __main__ as cli, presets
+answer = int(sys.argv.pop(1))
+preset = presets.PRESETS[presets.DEFAULT_PRESET]
+presets.PRESETS[presets.DEFAULT_PRESET] = preset.with_overrides(natural_base=answer, natural_span=1)
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
 
-def run_point(streams: int, rounds: int, max_tokens: int, time_scale: float, work: Path) -> dict:
-    trace = work / f"trace-{streams}.jsonl"
-    run_dir = work / f"run-{streams}"
+@dataclass(frozen=True)
+class Point:
+    """One measurement: streams, tokens per chunk (None: the preset's speculative chunks) and
+    answer length in tokens."""
+
+    streams: int
+    tokens_per_chunk: int | None
+    answer_tokens: int
+
+    @classmethod
+    def parse(cls, text: str, max_tokens: int) -> "Point":
+        parts = [int(p) for p in text.lower().split("x")]
+        if len(parts) == 1:
+            return cls(parts[0], None, max_tokens)
+        if len(parts) == 3:
+            return cls(*parts)
+        raise SystemExit(f"bad point {text!r}: expected STREAMS or STREAMSxTOKENS_PER_CHUNKxANSWER_TOKENS")
+
+    @property
+    def name(self) -> str:
+        if self.tokens_per_chunk is None:
+            return f"{self.streams} streams, spec chunks x {self.answer_tokens}"
+        return f"{self.streams} streams x {self.tokens_per_chunk} tok/chunk x {self.answer_tokens}"
+
+
+def start_point_simulator(point: Point, sim_args: list[str]) -> SimulatorProcess:
+    """The simulator for a point: the plain one, or for fixed-length answers the wrapper."""
+    if point.tokens_per_chunk is None:
+        return start_simulator(sim_args)
+    args = [*sim_args, "--port", "0", "--speculative-num-draft-tokens", str(point.tokens_per_chunk)]
+    proc = subprocess.Popen([sys.executable, "-c", _LONG_SIMULATOR, str(point.answer_tokens), *args],
+                            stdout=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    line = proc.stdout.readline().decode()
+    if not line.startswith(READY_PREFIX):
+        proc.kill()
+        raise SystemExit(f"simulator did not start for {point.name}: {line!r}")
+    return SimulatorProcess(proc, [line[len(READY_PREFIX):].strip()], None)
+
+
+def run_point(point: Point, rounds: int, time_scale: float, work: Path) -> dict:
+    tag = f"{point.streams}-{point.tokens_per_chunk}-{point.answer_tokens}"
+    trace = work / f"trace-{tag}.jsonl"
+    run_dir = work / f"run-{tag}"
+    streams = point.streams
     sim_args = ["--time-scale", str(time_scale), "--trace", str(trace),
                 "--max-running-requests", str(max(streams, 2))]
-    with start_simulator(sim_args) as sim:
+    with start_point_simulator(point, sim_args) as sim:
         command = [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "dflash.py"),
                    "--headless", "-u", str(streams), "--concurrency", str(streams), "--scenarios", "",
                    "--host", sim.url, "--model", "sim", "--rounds", str(rounds),
-                   "--max-tokens", str(max_tokens), "--run-dir", str(run_dir), "--loglevel", "WARNING",
-                   "--only-summary"]
+                   "--max-tokens", str(point.answer_tokens), "--run-dir", str(run_dir),
+                   "--loglevel", "WARNING", "--only-summary"]
         proc = subprocess.Popen(command, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        cpu_samples = sample_cpu(proc)
+        samples = sample_process(proc)
         _, err = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit(f"locust failed at {streams} streams:\n{err.decode()[-2000:]}")
+            raise SystemExit(f"locust failed at {point.name}:\n{err.decode()[-2000:]}")
         sim_ps = psutil.Process(sim.pid)
         sim_cpu = sim_ps.cpu_times()
     records = pd.DataFrame(list(read_records(run_dir)))
     sim_rows = pd.DataFrame([orjson.loads(line) for line in trace.read_bytes().splitlines()])
-    return summarize(streams, records, sim_rows, cpu_samples, sim_cpu.user + sim_cpu.system)
+    return summarize(point, records, sim_rows, samples, sim_cpu.user + sim_cpu.system)
 
 
-def sample_cpu(proc: subprocess.Popen) -> pd.DataFrame:
-    """(wall time, CPU seconds) of the Locust process every 50 ms until it exits."""
+def sample_process(proc: subprocess.Popen) -> pd.DataFrame:
+    """(wall time, CPU seconds, resident MB) of the Locust process every 50 ms until it exits."""
     ps = psutil.Process(proc.pid)
     rows = []
     while proc.poll() is None:
         try:
-            cpu = ps.cpu_times()
+            with ps.oneshot():
+                cpu, rss = ps.cpu_times(), ps.memory_info().rss
         except psutil.NoSuchProcess:
             break
-        rows.append((time.time(), cpu.user + cpu.system))
+        rows.append((time.time(), cpu.user + cpu.system, rss / 2**20))
         time.sleep(0.05)
-    return pd.DataFrame(rows, columns=["t", "cpu"])
+    return pd.DataFrame(rows, columns=["t", "cpu", "rss_mb"])
 
 
-def summarize(streams: int, records: pd.DataFrame, sim: pd.DataFrame, cpu: pd.DataFrame,
+def summarize(point: Point, records: pd.DataFrame, sim: pd.DataFrame, cpu: pd.DataFrame,
               sim_cpu_s: float) -> dict:
     ok = records[records["error"].isna()]
     joined = ok.merge(sim, on="request_id", suffixes=("", "_sim"))
@@ -94,7 +155,7 @@ def summarize(streams: int, records: pd.DataFrame, sim: pd.DataFrame, cpu: pd.Da
     sim_decode = metrics.decode_tps(joined["completion_tokens_sim"], joined["first_token_at"], joined["done_at"])
     decode_err = (client_decode / sim_decode - 1.0).abs() * 100.0
     return {
-        "streams": streams,
+        "point": point.name,
         "requests": len(records),
         "failed": int(records["error"].notna().sum()),
         "chunks/s": chunks / active_s,
@@ -106,6 +167,8 @@ def summarize(streams: int, records: pd.DataFrame, sim: pd.DataFrame, cpu: pd.Da
         "decode err mean %": float(decode_err.mean()),
         "decode err p99 %": float(np.percentile(decode_err, 99)),
         "sim CPU s": sim_cpu_s,
+        "RSS start MB": _rss_at(cpu, float(windows["start"].min())),
+        "RSS end MB": _rss_at(cpu, float(windows["end"].max())),
     }
 
 
@@ -115,18 +178,24 @@ def _cpu_between(cpu: pd.DataFrame, start: float, end: float) -> float:
     return float(values[1] - values[0])
 
 
+def _rss_at(samples: pd.DataFrame, t: float) -> float:
+    """The client's resident memory (MB) at the sample nearest to time t."""
+    return float(samples["rss_mb"].iloc[(samples["t"] - t).abs().argmin()])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--points", default="8,64,256", help="stream counts")
+    parser.add_argument("--points", default="8,64,256,64x1x1024,256x1x4096",
+                        help="STREAMS or STREAMSxTOKENS_PER_CHUNKxANSWER_TOKENS, comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--max-tokens", type=int, default=1024, help="answer tokens of STREAMS points")
     parser.add_argument("--time-scale", type=float, default=None, help="override the per-point time scale")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for streams in (int(p) for p in args.points.split(",")):
-            scale = args.time_scale or TIME_SCALES.get(streams, 0.01)
-            rows.append(run_point(streams, args.rounds, args.max_tokens, scale, Path(tmp)))
+        for point in (Point.parse(p, args.max_tokens) for p in args.points.split(",")):
+            scale = args.time_scale or TIME_SCALES.get(point.streams, 0.01)
+            rows.append(run_point(point, args.rounds, scale, Path(tmp)))
             print(pd.DataFrame([rows[-1]]).to_string(index=False, float_format=lambda v: f"{v:,.2f}"),
                   flush=True)
     print("\nAll points:")

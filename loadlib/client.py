@@ -1,23 +1,27 @@
 """The streaming chat-completions client: one request in, one `RequestRecord` out.
 
 It never raises for a failed request: every outcome, including a refused connection, an HTTP
-error, a stream without usage or with a single token, becomes a record with an `error` reason.
-Only such error-free records enter the protocol's figures.
+error, a 200 that is no event stream, a malformed event, a stream without usage or with a single
+token, becomes a record with an `error` reason. Only such error-free records enter the
+protocol's figures. The stream is read as it arrives (`loadlib.sse.StreamReader`), which also
+keeps this process's live counters (`loadlib.live.COUNTERS`) up to date.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from loadlib.http1 import Connection, Endpoint, Response, TransportError
+from loadlib import live
+from loadlib.http1 import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.records import RequestRecord
-from loadlib.sse import http_error_reason, parse_stream
+from loadlib.sse import StreamReader, http_error_reason
 
 CHAT_PATH = "/v1/chat/completions"
+ERROR_BODY_BYTES = 65536  # of a non-200 answer, enough for its reason; the rest is dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +68,15 @@ def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens
 
 
 class ChatClient:
-    """Sends streaming chat completions over one keep-alive connection."""
+    """Sends streaming chat completions over one keep-alive connection.
 
-    def __init__(self, base_url: str, settings: ChatSettings) -> None:
+    `live_counters` are kept up to date as streams run (default: this process's `live.COUNTERS`).
+    """
+
+    def __init__(self, base_url: str, settings: ChatSettings,
+                 live_counters: live.LiveCounters | None = None) -> None:
         self.settings = settings
+        self.live = live_counters if live_counters is not None else live.COUNTERS
         self.connection = Connection(Endpoint.parse(base_url), timeout=settings.timeout_s,
                                      verify_tls=settings.verify_tls)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -75,9 +84,11 @@ class ChatClient:
             self._headers["Authorization"] = f"Bearer {settings.api_key}"
 
     def chat(self, body: dict[str, Any], tag: RequestTag, request_id: str) -> RequestRecord:
-        """Sends one request and returns its record (never raises for a failed request)."""
-        headers = dict(self._headers, **{"X-Request-Id": request_id})
-        data = orjson.dumps(body)
+        """Sends one request and returns its record (never raises for a failed request).
+
+        Whatever goes wrong, even a bug of this client on some payload, ends as this request's
+        failed record: one request must not stop a run or leave its round waiting.
+        """
         record = RequestRecord(
             request_id=request_id, scenario=tag.scenario, cell=tag.cell,
             concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
@@ -86,12 +97,26 @@ class ChatClient:
             thinking=bool((body.get("chat_template_kwargs") or {}).get("enable_thinking")),
         )
         record.sent_at = time.time()  # replaced by the send time when the request went out
+        self.live.stream_started()
         try:
-            response = self.connection.request("POST", CHAT_PATH, data, headers)
+            self._exchange(record, body)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self.connection.close()
+            record.error = self._redacted(f"client error: {type(exc).__name__}: {exc}"[:200])
+        finally:
+            self.live.stream_ended(record.error is not None, record.completion_tokens, record.chunks)
+        return record
+
+    def _exchange(self, record: RequestRecord, body: dict[str, Any]) -> None:
+        """Sends the request and fills the record from the response as it was read."""
+        headers = dict(self._headers, **{"X-Request-Id": record.request_id})
+        data = orjson.dumps(body)
+        try:
+            response = self.connection.request("POST", CHAT_PATH, data, headers, reader=self._reader)
         except TransportError as exc:
             record.total_s = time.time() - record.sent_at  # how long it took to fail
             record.error = self._redacted(str(exc))
-            return record
+            return
         record.sent_at = response.sent_at
         record.http_status = response.status
         key = self.settings.api_key
@@ -100,7 +125,12 @@ class ChatClient:
         fill_record(record, response)
         if record.error:
             record.error = self._redacted(record.error)
-        return record
+
+    def _reader(self, response: Response) -> BodyReader:
+        """A 200 is read as an event stream as it arrives; any other answer is an error body."""
+        if response.status == 200:
+            return StreamReader(response.sent_at, response.headers.get("content-type"), self.live)
+        return Collector(response, ERROR_BODY_BYTES)
 
     def _redacted(self, reason: str) -> str:
         """A failure reason without the API key (a server may echo it in an error message)."""
@@ -118,7 +148,7 @@ def fill_record(record: RequestRecord, response: Response) -> None:
         if response.arrivals:
             record.total_s = response.arrivals[-1] - response.sent_at
         return
-    stream = parse_stream(response.pieces, response.arrivals)
+    stream = cast(StreamReader, response.reader)  # what `ChatClient._reader` gives a 200
     sent = response.sent_at
     if stream.first_token_at is not None:
         record.ttft_s = stream.first_token_at - sent
@@ -132,11 +162,13 @@ def fill_record(record: RequestRecord, response: Response) -> None:
     record.chunks = stream.chunks
     record.finish_reason = stream.finish_reason
     record.output_sha = stream.output_sha
+    record.first_read_events = stream.first_read_events
     transport = response.error
     if transport == "timeout mid-stream" and stream.first_token_at is None:
         transport = "timeout before first token"
-    record.error = (transport or stream.error or _missing_piece(stream.usage, stream.first_token_at,
-                                                                stream.done_at, record.completion_tokens))
+    record.error = (transport or stream.format_error or stream.error
+                    or _missing_piece(stream.usage, stream.first_token_at, stream.done_at,
+                                      record.completion_tokens))
 
 
 def _missing_piece(usage: dict | None, first_token_at: float | None, done_at: float | None,

@@ -3,8 +3,9 @@
 Why not `FastHttpUser`'s client: at tens of thousands of SSE chunks per second, the cost per
 socket wake-up decides both throughput and timing accuracy. This connection does the least per
 received buffer: one `recvmsg`, the kernel's arrival timestamp (SO_TIMESTAMPNS, so a late
-greenlet does not inflate TTFT), de-chunking by offsets, one `find` for the `[DONE]` marker.
-Everything else (SSE lines, JSON) is parsed once the response has ended, off the timed path.
+greenlet does not inflate TTFT), de-chunking by offsets, and the body pieces handed as they
+come to a reader the caller chooses (the SSE parser for a stream, so that nothing of an answer
+is kept and no work waits for its end; a `Collector` for small bodies).
 
 The response is always read to its end, so the connection is reused (keep-alive).
 """
@@ -20,6 +21,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Protocol
 from urllib.parse import urlsplit
 
 import gevent
@@ -30,7 +32,6 @@ _KERNEL_TIMESTAMPS = sys.platform.startswith("linux")
 _ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_TIMESTAMPS else 0
 _TIMESPEC = struct.Struct("@qq")
 _RECV_SIZE = 262144
-_DONE = b"data: [DONE]"
 _MAX_HEADER_BYTES = 65536
 _log = logging.getLogger("uni-bench")
 _unverified: set[str] = set()  # endpoints already warned about (once per process)
@@ -58,9 +59,19 @@ class TransportError(Exception):
     """The exchange failed below HTTP (connect, reset, timeout, bad framing); str is the reason."""
 
 
+class BodyReader(Protocol):
+    """Takes a response body piece by piece, as each arrives (de-chunked, any split)."""
+
+    ended: bool  # the content said it is over (an SSE `[DONE]`): the framing gets a short grace
+
+    def feed(self, data: bytes, t: float) -> None:
+        """One piece of the body and its arrival time (kernel receive stamp where available)."""
+
+
 @dataclass(slots=True)
 class Response:
-    """A response as received: body pieces with the wall-clock time each one arrived."""
+    """A response as received: status, headers and, when the body went to a `Collector`,
+    its pieces with the wall-clock time each one arrived."""
 
     status: int
     headers: dict[str, str]
@@ -69,10 +80,30 @@ class Response:
     arrivals: list[float] = field(default_factory=list)
     complete: bool = False  # the body ended as its framing says (not cut off)
     error: str | None = None  # transport failure after the headers, if any
+    reader: BodyReader | None = None  # what the body was fed to
 
     @property
     def body(self) -> bytes:
         return b"".join(self.pieces)
+
+
+class Collector:
+    """Keeps a body's pieces in `Response.pieces` (the first `limit` bytes, when given); the
+    rest is read and dropped so the connection stays usable."""
+
+    ended = False
+
+    def __init__(self, response: Response, limit: int | None = None) -> None:
+        self.pieces = response.pieces
+        self.arrivals = response.arrivals
+        self.room = limit if limit is not None else MAX_BODY_BYTES
+
+    def feed(self, data: bytes, t: float) -> None:
+        if self.room > 0:
+            data = data[:self.room]
+            self.room -= len(data)
+            self.pieces.append(data)
+        self.arrivals.append(t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +159,14 @@ class Connection:
     # --- public -------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None, timeout: float | None = None) -> Response:
+                headers: dict[str, str] | None = None, timeout: float | None = None,
+                reader: Callable[[Response], BodyReader] | None = None) -> Response:
         """Sends one request and reads the whole response; raises TransportError before headers.
 
-        A failure after the headers (reset, timeout, cut-off body) is returned in
-        `Response.error` with what had arrived, so the caller can still record partial data.
+        `reader` is called once the headers are in and returns what each body piece is fed to
+        as it arrives (default: a `Collector` into `Response.pieces`). A failure after the
+        headers (reset, timeout, cut-off body) is returned in `Response.error` with what had
+        arrived, so the caller can still record partial data.
         """
         head = [f"{method} {self.endpoint.prefix}{path} HTTP/1.1\r\n".encode(), self._host_header]
         for name, value in (headers or {}).items():
@@ -142,10 +176,11 @@ class Connection:
         head.append(b"\r\n")
         payload = b"".join(head) + (body or b"")
         deadline = time.time() + (timeout if timeout is not None else self.timeout)
+        open_reader = reader or Collector
         try:
-            return self._exchange(payload, deadline)
+            return self._exchange(payload, deadline, open_reader)
         except _StaleConnection:  # the server had closed the idle connection: one fresh try
-            return self._exchange(payload, deadline)
+            return self._exchange(payload, deadline, open_reader)
 
     def connect(self) -> None:
         """Opens the connection ahead of the first request (a failure is left for that request
@@ -182,7 +217,8 @@ class Connection:
             sock.close()
             raise TransportError(f"TLS to {ep.authority}: {exc}") from None
 
-    def _exchange(self, payload: bytes, deadline: float) -> Response:
+    def _exchange(self, payload: bytes, deadline: float,
+                  open_reader: Callable[[Response], BodyReader]) -> Response:
         reused = self._stream is not None
         if self._stream is None:
             self._stream = self._connect()
@@ -214,7 +250,11 @@ class Connection:
                 self.close()  # whatever follows on this connection cannot be trusted
                 raise
             response = Response(status, headers, sent_at)
-            _read_body(stream, response, rest, t_first, timer, deadline)
+            response.reader = open_reader(response)
+            _read_body(stream, response, response.reader, rest, t_first, timer, deadline)
+        except BaseException:  # a reader's bug or the greenlet killed: the stream is mid-response
+            self.close()
+            raise
         finally:
             timer.close()
         if not response.complete or response.error or headers.get("connection", "").lower() == "close":
@@ -323,33 +363,33 @@ def _read_head(stream: "_RawStream | _TlsStream", reused: bool) -> tuple[bytes, 
 _DONE_GRACE_S = 5.0  # after [DONE], how long the rest of the framing may take
 
 
-def _read_body(stream: "_RawStream | _TlsStream", response: Response, rest: bytes, t: float,
-               timer: gevent.Timeout, deadline: float) -> None:
+def _read_body(stream: "_RawStream | _TlsStream", response: Response, reader: BodyReader,
+               rest: bytes, t: float, timer: gevent.Timeout, deadline: float) -> None:
     headers = response.headers
     if response.status in (204, 304) or 100 <= response.status < 200:
         response.complete = True
         return
     decoder: _Body
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        decoder = _ChunkedBody(response)
+        decoder = _ChunkedBody(reader)
     elif "content-length" in headers:
         try:
             length = int(headers["content-length"])
             if length < 0:
                 raise ValueError(length)
-            decoder = _LengthBody(response, length)
+            decoder = _LengthBody(reader, length)
         except ValueError:
             response.error = "bad Content-Length"
             return
     else:
-        decoder = _CloseBody(response)
+        decoder = _CloseBody(reader)
     grace: gevent.Timeout | None = None
     received = len(rest)
     try:
         if rest:
             decoder.feed(rest, t)
         while not decoder.finished:
-            if decoder.saw_done and grace is None:
+            if reader.ended and grace is None:
                 timer.close()
                 grace = gevent.Timeout(min(_DONE_GRACE_S, max(deadline - time.time(), 0.001)), _Expired)
                 grace.start()
@@ -362,7 +402,7 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, rest: byte
                 raise TransportError("response body over 64 MiB")
             decoder.feed(data, t)
     except _Expired:
-        if not decoder.saw_done:  # after [DONE] the stream is over; only the framing lingered
+        if not reader.ended:  # after [DONE] the stream is over; only the framing lingered
             response.error = "timeout mid-stream"
     except TransportError as exc:
         response.error = str(exc)
@@ -379,19 +419,12 @@ class _StaleConnection(Exception):
 
 
 class _Body:
+    """Undoes the body's framing; each decoded piece goes to the reader as it comes."""
+
     finished = False
-    saw_done = False
 
-    def __init__(self, response: Response) -> None:
-        self.pieces = response.pieces
-        self.arrivals = response.arrivals
-        self.response = response
-
-    def _add(self, piece: bytes, t: float) -> None:
-        self.pieces.append(piece)
-        self.arrivals.append(t)
-        if not self.saw_done and _DONE in piece:
-            self.saw_done = True
+    def __init__(self, reader: BodyReader) -> None:
+        self.reader = reader
 
     def feed(self, data: bytes, t: float) -> None:
         raise NotImplementedError
@@ -404,22 +437,22 @@ class _CloseBody(_Body):
     """Body delimited by the connection's close (HTTP/1.0 style)."""
 
     def feed(self, data: bytes, t: float) -> None:
-        self._add(data, t)
+        self.reader.feed(data, t)
 
     def eof(self) -> None:
         self.finished = True
 
 
 class _LengthBody(_Body):
-    def __init__(self, response: Response, length: int) -> None:
-        super().__init__(response)
+    def __init__(self, reader: BodyReader, length: int) -> None:
+        super().__init__(reader)
         self.left = length
         self.finished = length == 0
 
     def feed(self, data: bytes, t: float) -> None:
         if len(data) > self.left:
             data = data[: self.left]
-        self._add(data, t)
+        self.reader.feed(data, t)
         self.left -= len(data)
         self.finished = self.left == 0
 
@@ -427,8 +460,8 @@ class _LengthBody(_Body):
 class _ChunkedBody(_Body):
     """Transfer-Encoding: chunked, decoded incrementally by offsets (no copy for whole chunks)."""
 
-    def __init__(self, response: Response) -> None:
-        super().__init__(response)
+    def __init__(self, reader: BodyReader) -> None:
+        super().__init__(reader)
         self.left = 0  # payload bytes still due in the current chunk
         self.skip = 0  # CRLF bytes still due after the current chunk
         self.carry = b""  # an incomplete size line
@@ -442,7 +475,7 @@ class _ChunkedBody(_Body):
         while pos < end:
             if self.left:
                 take = min(self.left, end - pos)
-                self._add(data if take == end else data[pos:pos + take], t)
+                self.reader.feed(data if take == end else data[pos:pos + take], t)
                 self.left -= take
                 pos += take
                 if not self.left:

@@ -56,6 +56,11 @@ class RequestRecord:
     queue_s: float | None = None  # client-side wait: send time minus the scheduled start
     turn: int | None = None  # turn within a multi-turn conversation, from 0
     measured: bool = True  # False for warm-up, priming and calibration requests
+    # Output chunks read in the same socket read as the first (None: no first token). A read
+    # carries the kernel receive stamp of its last segment: at 1 the TTFT is the first token's
+    # own arrival; above 1 the server sent them together or the client read late, and the TTFT
+    # may include the gap to the last of them.
+    first_read_events: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

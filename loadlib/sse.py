@@ -1,35 +1,65 @@
-"""Reads a finished chat-completion SSE stream into the protocol's raw per-request figures.
+"""Reads a chat-completion SSE stream as it arrives into the protocol's raw per-request figures.
 
-Runs once per request after the last byte arrived, so it can afford a full JSON parse; the
-timing comes from the arrival time of the buffer in which each event ended. It accepts the
-wire shapes of SGLang (`reasoning_content`, usage chunk with empty choices, `[DONE]`), vLLM
-(`delta.reasoning`, finish on the last token chunk) and llama.cpp (role chunk with
-`content: null`, `:` comment lines, `timings`, an `error` event without `[DONE]`).
+`StreamReader.feed` takes each received piece of the body as it comes: SSE framing, one JSON
+parse per event, first-token detection at the piece that carries it, running counts and the
+output hash, all in work proportional to the piece. Nothing is kept but an incomplete last line
+(at most `MAX_LINE_BYTES`), so a request's memory does not grow with its answer and its end
+costs nothing. It accepts the wire shapes of SGLang (`reasoning_content`, usage chunk with
+empty choices, `[DONE]`), vLLM (`delta.reasoning`, finish on the last token chunk) and
+llama.cpp (role chunk with `content: null`, `:` comment lines, `timings`, an `error` event
+without `[DONE]`). Anything else, however shaped, becomes a reason in `error`, never an
+exception.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable
 
 import orjson
 
+from loadlib.live import LiveCounters
+
 MAX_LINE_BYTES = 1 << 20  # no chat-completion event comes near this; a longer line is a fault
+HEAD_BYTES = 48  # body bytes kept to say what a response that is not an event stream was
+_TEXT_KEYS = ("reasoning_content", "reasoning", "content")  # hashed in this order per delta
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 
-@dataclass(slots=True)
-class StreamSummary:
-    """What a stream carried. Times are wall clock (epoch seconds); None where never seen."""
 
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    done_at: float | None = None  # arrival of the `[DONE]` line
-    end_at: float | None = None  # arrival of the last byte
-    chunks: int = 0  # events with non-empty content, reasoning or tool-call deltas
-    usage: dict[str, Any] | None = None
-    finish_reason: str | None = None
-    error: str | None = None  # an in-stream error event or malformed data
-    output_sha: str | None = None
+class StreamReader:
+    """What a stream carried, read piece by piece. Times are wall clock (epoch seconds) of the
+    piece in which each event's line ended; None where never seen."""
+
+    __slots__ = ("sent_at", "content_type", "first_token_at", "last_token_at", "done_at", "end_at",
+                 "ended", "events", "chunks", "output_chars", "first_read_events", "usage",
+                 "finish_reason", "error", "head", "_head_room", "_partial", "_skipping", "_hasher",
+                 "_live")
+
+    def __init__(self, sent_at: float = 0.0, content_type: str | None = "text/event-stream",
+                 live: LiveCounters | None = None) -> None:
+        self.sent_at = sent_at  # for the live TTFT of the first token
+        self.content_type = content_type
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.done_at: float | None = None  # arrival of the `[DONE]` line
+        self.end_at: float | None = None  # arrival of the last byte
+        self.ended = False  # `[DONE]` was read: the stream is over whatever follows
+        self.events = 0  # `data:` lines
+        self.chunks = 0  # events with non-empty content, reasoning or tool-call deltas
+        self.output_chars = 0  # characters of that output (text, reasoning, tool calls)
+        self.first_read_events: int | None = None  # output events timed with the first token
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None  # the first in-stream error event or malformed data
+        self.head = b""  # the body's first bytes (one more than shown), kept only when the
+        self._head_room = 0 if _is_event_stream(content_type) else HEAD_BYTES + 1  # type is not SSE
+        self._partial: bytearray | None = None  # an incomplete last line
+        self._skipping = False  # inside a line over MAX_LINE_BYTES: dropped up to its end
+        self._hasher = hashlib.sha256()
+        self._live = live if live is not None else LiveCounters()
+
+    # --- figures ------------------------------------------------------------------------------
 
     @property
     def completion_tokens(self) -> int | None:
@@ -41,97 +71,205 @@ class StreamSummary:
 
     @property
     def cached_tokens(self) -> int | None:
-        details = (self.usage or {}).get("prompt_tokens_details") or {}
-        value = details.get("cached_tokens") if isinstance(details, dict) else None
-        return value if isinstance(value, int) else None
+        details = (self.usage or {}).get("prompt_tokens_details")
+        return _int_or_none(details if isinstance(details, dict) else None, "cached_tokens")
 
+    @property
+    def output_sha(self) -> str | None:
+        """sha256 (16 hex) of the output text, the same however the server split it."""
+        return self._hasher.hexdigest()[:16] if self.chunks else None
 
-def parse_stream(pieces: Sequence[bytes], arrivals: Sequence[float]) -> StreamSummary:
-    """Parses SSE `pieces` (body bytes in arrival order) with each piece's arrival time."""
-    summary = StreamSummary(end_at=arrivals[-1] if arrivals else None)
-    body = b"".join(pieces)
-    ends = _cumulative_ends(pieces)
-    hasher = hashlib.sha256()
-    produced = False
-    piece_index = 0
-    pos = 0
-    size = len(body)
-    while pos < size:
-        eol = body.find(b"\n", pos)
-        line_end = size if eol < 0 else eol
-        if line_end - pos > MAX_LINE_BYTES:
-            summary.error = summary.error or "SSE line over 1 MiB"
-            pos = line_end + 1
-            continue
-        line = body[pos:line_end]
-        pos = line_end + 1
-        if not line or line[:1] == b":":
-            continue
-        if line[-1:] == b"\r":
-            line = line[:-1]
-        if line.startswith(b"data:"):
-            payload = line[5:].lstrip()
-        elif line.startswith(b"error:"):
-            summary.error = summary.error or _error_reason(line[6:].strip())
-            continue
-        else:
-            continue  # `event:`, `id:`, `retry:` fields carry nothing we measure
-        while piece_index < len(ends) - 1 and ends[piece_index] <= line_end:
-            piece_index += 1
-        arrived = arrivals[piece_index]
-        if payload == b"[DONE]":
-            summary.done_at = arrived
-            break
+    @property
+    def format_error(self) -> str | None:
+        """Why the body was no event stream at all (a proxy's login page, a JSON error body)."""
+        if self.events or _is_event_stream(self.content_type):
+            return None
+        kind = f"content-type {self.content_type[:60]}" if self.content_type else "no content-type"
+        if not self.head:
+            return f"not an event stream: {kind}, empty body"
+        text = " ".join(self.head[:HEAD_BYTES].decode("utf-8", "replace").split())
+        more = "..." if len(self.head) > HEAD_BYTES else ""
+        return f"not an event stream: {kind}, body starts {text!r}{more}"
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Reads one received piece of the body (split anywhere), arrived at `t`."""
+        self.end_at = t
+        if self._head_room:
+            self.head += data[:self._head_room]
+            self._head_room = HEAD_BYTES + 1 - len(self.head)
+        if self._partial is not None:
+            data = self._complete_line(data, t)
+        self._read_lines(data, t)
+
+    def _complete_line(self, data: bytes, t: float) -> bytes:
+        """Adds `data` to the pending incomplete line, reads the line once its end has come,
+        and returns what follows it. A long line split into many pieces costs its length (the
+        pending line is a bytearray), not its length squared."""
+        eol = data.find(b"\n")
+        if eol < 0:
+            if not self._skipping:
+                self._partial += data
+                if len(self._partial) > MAX_LINE_BYTES:
+                    self._drop_line()
+            return b""
+        line = None if self._skipping else self._partial + data[:eol + 1]
+        self._partial, self._skipping = None, False
+        if line is not None:
+            if len(line) > MAX_LINE_BYTES + 1:
+                self._fail("SSE line over 1 MiB")
+            else:
+                self._read_lines(bytes(line), t)
+        return data[eol + 1:]
+
+    def _drop_line(self) -> None:
+        self._fail("SSE line over 1 MiB")
+        self._partial = bytearray()
+        self._skipping = True
+
+    def _read_lines(self, data: bytes, t: float) -> None:
+        """Reads the complete lines of `data`; keeps an incomplete last line for the next piece."""
+        pos, size = 0, len(data)
+        find, startswith = data.find, data.startswith
+        while pos < size:
+            eol = find(b"\n", pos)
+            if eol < 0:
+                if size - pos > MAX_LINE_BYTES:
+                    self._drop_line()
+                else:
+                    self._partial = bytearray(memoryview(data)[pos:])
+                return
+            if eol - pos < 2:  # the blank line that ends each event (with its CR, if any)
+                pass
+            elif eol - pos > MAX_LINE_BYTES:
+                self._fail("SSE line over 1 MiB")
+            elif startswith(b"data:", pos):
+                self._event(data[pos + 5:eol], t)
+            elif startswith(b"error:", pos):
+                self._fail(_error_reason(data[pos + 6:eol].strip()))
+            pos = eol + 1  # blank lines, `:` comments, `event:`, `id:`, `retry:`: nothing to measure
+
+    def _event(self, payload: bytes, t: float) -> None:
+        """One `data:` payload (with its leading space and trailing CR, both JSON whitespace)."""
+        if self.ended:
+            return
+        self.events += 1
         try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            summary.error = summary.error or _undecodable(payload)
-            continue
-        if not isinstance(event, dict):
-            summary.error = summary.error or "malformed JSON in stream"
-            continue
-        if "error" in event and not event.get("choices"):
-            summary.error = summary.error or _error_reason(event["error"])
-            continue
-        if event.get("usage"):
-            summary.usage = event["usage"]
-        for choice in event.get("choices") or ():
-            if _consume_delta(choice.get("delta") or {}, hasher):
-                summary.chunks += 1
+            event = _loads(payload)
+        except _JSONDecodeError:
+            if payload.strip() == b"[DONE]":
+                self.done_at, self.ended = t, True
+            else:
+                self._fail(_undecodable(payload))
+            return
+        if type(event) is not dict:
+            self._fail("malformed event: not an object")
+            return
+        choices = event.get("choices")
+        if choices:
+            if type(choices) is not list:
+                self._fail("malformed event: choices is not a list")
+                return
+            for choice in choices:
+                self._choice(choice, choices, t)
+        elif "error" in event:
+            self._fail(_error_reason(event["error"]))
+            return
+        usage = event.get("usage")
+        if usage:
+            if type(usage) is dict:
+                self.usage = usage
+            else:
+                self._fail("malformed event: usage is not an object")
+
+    def _choice(self, choice: Any, choices: list[Any], t: float) -> None:
+        if type(choice) is not dict:
+            index = next(i for i, c in enumerate(choices) if c is choice)
+            self._fail(f"malformed event: choices[{index}] is not an object")
+            return
+        delta = choice.get("delta")
+        if delta:
+            if type(delta) is not dict:
+                self._fail("malformed event: delta is not an object")
+            elif self._output(delta):  # an output chunk; the first one times TTFT
+                self.chunks += 1
+                self.last_token_at = t
+                self._live.chunks += 1
+                if self.first_token_at is None:
+                    self.first_token_at = t
+                    self.first_read_events = 1
+                    self._live.first_token(t - self.sent_at)
+                elif t == self.first_token_at:  # read with the first: it carries their stamp
+                    self.first_read_events += 1
+        finish = choice.get("finish_reason")
+        if finish:
+            if type(finish) is str:
+                self.finish_reason = finish
+            else:
+                self._fail("malformed event: finish_reason is not a string")
+
+    def _output(self, delta: dict[str, Any]) -> bool:
+        """Hashes a delta's output; True if it carried any (text, reasoning, tool calls)."""
+        produced = False
+        for key in _TEXT_KEYS:
+            text = delta.get(key)
+            if text:
+                if type(text) is not str:
+                    self._fail(f"malformed event: delta.{key} is not a string")
+                    return False
+                self._hasher.update(text.encode("utf-8", "surrogatepass"))
+                self.output_chars += len(text)
                 produced = True
-                if summary.first_token_at is None:
-                    summary.first_token_at = arrived
-                summary.last_token_at = arrived
-            if choice.get("finish_reason"):
-                summary.finish_reason = choice["finish_reason"]
-    if produced:
-        summary.output_sha = hasher.hexdigest()[:16]
-    return summary
+        calls = delta.get("tool_calls")
+        if calls:
+            return self._tool_calls(calls) or produced
+        return produced
+
+    def _tool_calls(self, calls: Any) -> bool:
+        if type(calls) is not list:
+            self._fail("malformed event: delta.tool_calls is not a list")
+            return False
+        produced = False
+        for index, call in enumerate(calls):
+            function = call.get("function") if type(call) is dict else None
+            if function is None:
+                if type(call) is not dict:
+                    self._fail(f"malformed event: delta.tool_calls[{index}] is not an object")
+                continue
+            if type(function) is not dict:
+                self._fail(f"malformed event: delta.tool_calls[{index}].function is not an object")
+                continue
+            for key in ("name", "arguments"):
+                part = function.get(key)
+                if part:
+                    if type(part) is not str:
+                        self._fail(f"malformed event: delta.tool_calls[{index}].function.{key} is not a string")
+                        continue
+                    self._hash(part)
+                    produced = True
+        return produced
+
+    def _hash(self, text: str) -> None:
+        self._hasher.update(text.encode("utf-8", "surrogatepass"))
+        self.output_chars += len(text)
+
+    def _fail(self, reason: str) -> None:
+        """Keeps the first thing that was wrong; reading goes on (later events still count)."""
+        if self.error is None:
+            self.error = reason
 
 
-def _consume_delta(delta: dict[str, Any], hasher: "hashlib._Hash") -> bool:
-    """Feeds a delta's output into the hash; True if it carried any (text, reasoning, tools)."""
-    produced = False
-    for key in ("reasoning_content", "reasoning", "content"):
-        text = delta.get(key)
-        if text:
-            hasher.update(text.encode("utf-8", "surrogatepass"))
-            produced = True
-    for call in delta.get("tool_calls") or ():
-        function = call.get("function") or {}
-        for part in (function.get("name"), function.get("arguments")):
-            if part:
-                hasher.update(part.encode("utf-8", "surrogatepass"))
-                produced = True
-    return produced
+def parse_stream(pieces: Iterable[bytes], arrivals: Iterable[float]) -> StreamReader:
+    """Reads a whole SSE body given as pieces with each piece's arrival time."""
+    reader = StreamReader()
+    for piece, arrived in zip(pieces, arrivals):
+        reader.feed(piece, arrived)
+    return reader
 
 
-def _cumulative_ends(pieces: Sequence[bytes]) -> list[int]:
-    ends, total = [], 0
-    for piece in pieces:
-        total += len(piece)
-        ends.append(total)
-    return ends
+def _is_event_stream(content_type: str | None) -> bool:
+    return content_type is not None and "text/event-stream" in content_type.lower()
 
 
 def _undecodable(payload: bytes) -> str:
@@ -187,6 +325,6 @@ def http_error_reason(status: int, body: bytes, retry_after: str | None = None) 
     return reason
 
 
-def _int_or_none(usage: dict[str, Any] | None, key: str) -> int | None:
-    value = (usage or {}).get(key)
-    return value if isinstance(value, int) else None
+def _int_or_none(values: dict[str, Any] | None, key: str) -> int | None:
+    value = (values or {}).get(key)
+    return value if type(value) is int else None
