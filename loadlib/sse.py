@@ -158,9 +158,10 @@ class StreamReader:
         try:
             event = _loads(payload)
         except _JSONDecodeError:
-            if payload.strip() == b"[DONE]":
+            payload = payload.strip()
+            if payload == b"[DONE]":
                 self.done_at, self.ended = t, True
-            else:
+            elif payload:  # an empty `data:` line carries nothing (a keep-alive), not a fault
                 self._fail(_undecodable(payload))
             return
         if type(event) is not dict:

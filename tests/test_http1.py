@@ -1,12 +1,13 @@
 """HTTP/1.1 framing of the lean client, against a raw socket server on loopback."""
 
 import socket
+import time
 
 import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.http1 import Connection, Endpoint, TransportError
+from loadlib.http1 import Collector, Connection, Endpoint, TransportError
 
 
 def serve(responses):
@@ -140,3 +141,44 @@ def test_base_url_prefix_and_v1_suffix():
     assert Endpoint.parse("https://h").port == 443
     with pytest.raises(ValueError):
         Endpoint.parse("gpu-box:8000")
+
+
+class Recorder:
+    """A body reader that notes when each piece was handed over."""
+
+    ended = False
+
+    def __init__(self, response):
+        self.pieces, self.fed_at = [], []
+
+    def feed(self, data, t):
+        self.pieces.append(data)
+        self.fed_at.append(time.time())
+
+
+def test_a_reader_is_fed_each_piece_as_it_arrives_not_at_the_end(connect):
+    conn = connect([[HEAD, chunked(b"data: a\n\n")[:-5], b"", b"", b""] + [b""] * 20 + [b"0\r\n\r\n"]])
+    response = conn.request("GET", "/", reader=Recorder)
+    reader = response.reader
+    assert b"".join(reader.pieces) == b"data: a\n\n" and response.pieces == []
+    assert time.time() - reader.fed_at[0] > 0.02  # fed long before the 0-chunk came
+
+
+def test_a_collector_limit_keeps_the_first_bytes_and_the_connection(connect):
+    ok = b"HTTP/1.1 500 Oops\r\nContent-Length: 10\r\n\r\n0123456789"
+    conn = connect([[ok], [ok]])
+    response = conn.request("GET", "/", reader=lambda r: Collector(r, limit=4))
+    assert (response.status, response.body, response.complete) == (500, b"0123", True)
+    assert conn.request("GET", "/").body == b"0123456789"
+
+
+def test_a_reader_that_raises_closes_the_connection(connect):
+    class Broken(Recorder):
+        def feed(self, data, t):
+            raise ValueError("reader bug")
+
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    conn = connect([[ok], [ok]])
+    with pytest.raises(ValueError):
+        conn.request("GET", "/", reader=Broken)
+    assert conn._stream is None

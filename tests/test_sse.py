@@ -2,7 +2,8 @@
 
 import orjson
 
-from loadlib.sse import http_error_reason, parse_stream
+from loadlib.live import LiveCounters
+from loadlib.sse import StreamReader, http_error_reason, parse_stream
 
 
 def sse(*events: dict | str) -> list[bytes]:
@@ -113,3 +114,44 @@ def test_http_error_bodies_of_each_shape():
     assert http_error_reason(429, b'{"error":{"message":"Rate limited","type":"rate_limit"}}') == "http 429: Rate limited"
     assert http_error_reason(502, b"<html>Bad Gateway</html>") == "http 502: <html>Bad Gateway</html>"
     assert http_error_reason(500, b"") == "http 500"
+
+
+def test_any_split_of_the_body_gives_the_same_figures():
+    whole = b"".join(sse(sglang_chunk(content="héllo"), sglang_chunk(reasoning="ok"), USAGE, "[DONE]"))
+    reference = parse_stream([whole], [1.0])
+    for cut in range(1, len(whole)):
+        s = parse_stream([whole[:cut], whole[cut:]], [1.0, 2.0])
+        assert (s.chunks, s.output_sha, s.completion_tokens, s.error) == (
+            reference.chunks, reference.output_sha, 9, None)
+        assert s.done_at == (1.0 if cut > whole.index(b"[DONE]") + 6 else 2.0)  # when its line ended
+
+
+def test_first_read_events_counts_the_output_read_together_with_the_first_token():
+    a, b, c = sse(sglang_chunk(content="a"), sglang_chunk(content="b"), sglang_chunk(content="c"))
+    together = parse_stream([a + b, c], [1.0, 2.0])
+    assert (together.first_token_at, together.first_read_events) == (1.0, 2)
+    alone = parse_stream([a, b + c], [1.0, 2.0])
+    assert (alone.first_token_at, alone.first_read_events) == (1.0, 1)
+
+
+def test_memory_of_a_reader_does_not_grow_with_the_answer():
+    import tracemalloc
+
+    piece = b"".join(sse(sglang_chunk(content="token ")))
+    reader = StreamReader()
+    tracemalloc.start()
+    for i in range(20_000):
+        reader.feed(piece, float(i))
+    grown, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert reader.chunks == 20_000 and grown < 20_000
+
+
+def test_live_counters_see_each_chunk_and_the_first_token_as_it_is_read():
+    counters = LiveCounters()
+    reader = StreamReader(sent_at=10.0, live=counters)
+    for t, piece in zip((10.5, 11.0, 11.5), sse(sglang_chunk(content="a"), sglang_chunk(content="b"), USAGE)):
+        reader.feed(piece, t)
+        if t == 10.5:
+            assert (counters.chunks, list(counters.ttfts)) == (1, [0.5])
+    assert counters.chunks == 2 and counters.first_tokens == 1
