@@ -94,7 +94,7 @@ def determinism(runs: list[Run]) -> Section:
     for run in runs:
         ok = run.records[run.records["ok"] & run.records["output_sha"].notna()]
         grouped = ok.assign(output=ok["output_sha"] + ":" + ok["completion_tokens"].astype(str)).groupby(
-            "scenario", sort=False)
+            "scenario", sort=False, observed=True)
         per_run.append(pd.DataFrame({
             "run": run.label,
             "outputs": grouped["output"].nunique(),
@@ -110,7 +110,7 @@ def determinism(runs: list[Run]) -> Section:
     view_cells = [_output_cell(row, first_run=row.run == runs[0].label) for row in data.itertuples(index=False)]
     scenarios = sorted(data["scenario"].unique(), key=scenario_order)
     view = text.grid(data.assign(cell=view_cells), "scenario", "run", scenarios, [run.label for run in runs])
-    verdict = data.groupby("scenario").apply(_verdict, include_groups=False)
+    verdict = data.groupby("scenario", observed=True).apply(_verdict, include_groups=False)
     view["verdict"] = verdict.reindex(scenarios).to_numpy()
     return Section(
         "determinism", "Output determinism (temperature 0: the same prompt should give the same output "

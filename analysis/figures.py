@@ -34,7 +34,8 @@ def run_figures(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float
         _rows(conc, "{} aggregate t/s (protocol)", "aggregate_tps", "min", "max"),
         _rows(conc, "{} aggregate t/s (window)", "window_tps", "window_min", "window_max"),
         _rows(conc, "{} per-stream decode t/s", "stream_decode_tps"),
-        _rows(conc, "{} overlap x", "overlap"),
+        _rows(conc, "{} overlap vs per-stream decode x", "overlap_vs_stream_decode"),
+        _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode"),
     ]
     slo = goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps)
     steady = metrics.steady_state_table(run.records, slo.ttft_s, slo.decode_tps).set_index("cell")

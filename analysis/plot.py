@@ -80,7 +80,7 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
         for color, (label, t) in zip(_colors(), tables.items()):
             single = t.single["decode_tps"].get("code", np.nan)
             measured = t.concurrent[t.concurrent[value].notna()]
-            for series, rows in measured.groupby(_series_of(measured["cell"]), sort=False):
+            for series, rows in measured.groupby(_series_of(measured["cell"]), sort=False, observed=True):
                 style = CASE_STYLE.get(series, "-.")
                 n = np.concatenate([[1], rows["concurrency"]])
                 agg = np.concatenate([[single], rows[value]])
@@ -208,7 +208,7 @@ def timeline(run: Run) -> Figure | None:
 def _shade_cells(df: pd.DataFrame, top, bottom) -> None:
     """Alternating grey bands, one per cell, named above the top chart when wide enough to read."""
     origin = df["sent_at"].min()
-    spans = df.groupby("cell").agg(start=("sent_at", "min"), end=("end_at", "max"))
+    spans = df.groupby("cell", observed=True).agg(start=("sent_at", "min"), end=("end_at", "max"))
     spans = spans.reindex(sorted(spans.index, key=cell_order))
     readable = (spans["end"].max() - origin) / 40
     for i, (cell, span) in enumerate(spans.iterrows()):

@@ -48,7 +48,7 @@ def concurrency_details(conc: pd.DataFrame) -> Section:
     return Section(
         "concurrency", "Concurrency, both aggregate definitions: protocol = sum(comp-1)/max(total-ttft); "
         "window = sum(comp-1)/(last token - first token across the round's streams)",
-        conc.drop(columns=["min", "max", "overlap"]), pd.DataFrame({
+        conc.drop(columns=["min", "max", "overlap_vs_stream_decode", "overlap_vs_single_decode"]), pd.DataFrame({
             "N": text.column(conc["concurrency"], 0),
             "case": case_labels(conc),
             "protocol t/s": text.column(conc["aggregate_tps"]),

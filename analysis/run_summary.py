@@ -59,9 +59,10 @@ def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str
     slo = slo or goodput_slo(manifest)
     tables = tables or ProtocolTables.from_frame(df)
     found = protocol_sections(tables) if df["case"].isin(PROTOCOL_CASES).any() else []
-    found += [sections.steady_state(metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps), slo.ttft_s,
+    steady = metrics.steady_cells(df)
+    found += [sections.steady_state(metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady), slo.ttft_s,
                                     slo.decode_tps),
-              sections.steady_percentiles(metrics.steady_percentiles(df)),
+              sections.steady_percentiles(metrics.steady_percentiles(df, steady)),
               failures_section(tables.failures), sections.exclusions_section(metrics.exclusions_table(df))]
     if any(str(name).startswith(LONG_CONTEXT) for name in df["scenario"].unique()):
         found.append(sections.prefill(metrics.prefill_table(df)))

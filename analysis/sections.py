@@ -100,7 +100,7 @@ def turn_section(df: pd.DataFrame) -> Section:
     turns = df[df["turn"].notna()].assign(turn=lambda d: d["turn"].astype(int))
     parts = []
     for scenario, group in turns.groupby("scenario", sort=False, observed=True):
-        ok = group[group["ok"]].groupby("turn")
+        ok = group[group["ok"]].groupby("turn", observed=True)
         parts.append(metrics.ttft_percentiles(group, by="turn").assign(
             scenario=scenario, prompt_tokens=ok["prompt_tokens"].mean(),
             cached_tokens=ok["cached_tokens"].mean()).sort_index().reset_index(names="turn"))

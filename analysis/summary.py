@@ -24,7 +24,9 @@ SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
 PROTOCOL_CASES = (metrics.SINGLE_CASE, *metrics.CONCURRENT_CASES)
 # issue 8's JSON schema (plus the cell, which tells apart two cells of one N and case)
 SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]
-CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap"]
+CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
+                     "overlap_vs_stream_decode", "overlap_vs_single_decode"]
+THINKING_PHRASES = {"on": "ON", "off": "off", "server": "server default (not sent)"}
 
 
 @dataclass(frozen=True)
@@ -83,15 +85,18 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
                 "n": text.column(single["n"], 0),
             }), keys=("scenario",), left=("scenario",)),
         Section(
-            "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds; "
-            "overlap = aggregate / single-stream code decode)",
+            "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds: "
+            f"{metrics.ROUND_RULE}, dropped = rounds left out; overlap = aggregate / mean per-stream decode "
+            "of those rounds (the thread's), and aggregate / single-stream code decode)",
             concurrent[CONCURRENT_FIELDS], pd.DataFrame({
                 "N": text.column(concurrent["concurrency"], 0),
                 "case": case_labels(concurrent),
                 "aggregate t/s": text.column(concurrent["aggregate_tps"]),
                 "range": text.spans(concurrent["min"], concurrent["max"]),
                 "n": text.column(concurrent["n"], 0),
-                "overlap": [text.ratio(v) for v in concurrent["overlap"]],
+                "dropped": text.column(concurrent["failed_rounds"], 0),
+                "overlap vs per-stream": [text.ratio(v) for v in concurrent["overlap_vs_stream_decode"]],
+                "vs single code": [text.ratio(v) for v in concurrent["overlap_vs_single_decode"]],
             }), keys=("cell",), left=("case",)),
         Section(
             "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests)",
@@ -130,8 +135,7 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
     if max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
-    thinking = set(df["thinking"].unique().tolist())
-    parts.append("thinking " + ("on and off" if len(thinking) > 1 else "ON" if True in thinking else "off"))
+    parts.append("thinking " + thinking_phrase(df["thinking"]))
     if protocol.any():
         rounds = int(df.loc[protocol, "round"].max()) + 1
         parts.append(f"{rounds} round{'s' if rounds > 1 else ''}")
@@ -140,6 +144,17 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     if cut:
         parts.append(f"CUT SHORT ({cut}): the figures cover only the requests that finished")
     return "uni-bench summary: " + ", ".join(parts)
+
+
+def thinking_phrase(modes: Iterable[str]) -> str:
+    """How the requests asked for thinking, in the order on, off, server ("ON", "on and off",
+    "server default (not sent)"): a run with thinking on must say so, and one that left
+    it to the server's template must say that, since the figures differ a lot."""
+    found = set(modes)
+    known = [mode for mode in metrics.THINKING_MODES[1:] + metrics.THINKING_MODES[:1] if mode in found]
+    if len(known) == 1:
+        return THINKING_PHRASES[known[0]]
+    return " and ".join(mode if mode != "server" else "server default" for mode in known) or "off"
 
 
 def cut_short(manifest: Mapping[str, Any]) -> str | None:

@@ -20,7 +20,7 @@ import gc
 import itertools
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any, Collection, Iterable, Iterator, TypeVar
+from typing import Any, Collection, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -43,8 +43,13 @@ PERCENTILES = (0.5, 0.9, 0.99)
 SINGLE_CASE = "single"
 CONCURRENT_CASES = ("same", "different")
 ONE_READ = "whole answer in one read (total = TTFT): no decode rate"
+ROUND_RULE = "a round counts only when all N streams succeeded"  # see `round_aggregates`
 COLD, HIT, UNKNOWN = 0, 1, 2  # prefix-cache states (`cache_states`)
 CACHE_NAMES = {COLD: "cold", HIT: "hit", UNKNOWN: "unknown"}
+# `thinking` as sent: enable_thinking true or false, or not sent at all (the server's template decides)
+THINKING_MODES = ("server", "on", "off")
+THINKING_WORDS: dict[Any, str] = {True: "on", False: "off", None: "server", **{w: w for w in THINKING_MODES}}
+_TEXT_TYPES = frozenset((str, type(None)))
 
 
 # --- per request -------------------------------------------------------------------------------
@@ -105,19 +110,39 @@ def records_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return frame_from_batches(_batches(iter(records), FRAME_BATCH))
 
 
-def frame_from_batches(batches: Iterable[list[dict[str, Any]]], categorical: Collection[str] = ()) -> pd.DataFrame:
+def frame_from_batches(batches: Iterable[list[Any]], categorical: Collection[str] = ()) -> pd.DataFrame:
     """`records_frame` for a reader that parses many records at once (e.g. one orjson call per
-    block of a journal): each batch becomes typed column arrays straight away, so a million
-    records load in seconds and their Python objects are freed batch by batch. Text columns
-    named in `categorical` are built as categoricals (for a reader whose tables group by them)."""
+    block of a journal): `record_columns`, then `frame_from_columns`. Text columns named in
+    `categorical` are built as categoricals (for a reader whose tables group by them)."""
+    columns = record_columns(batches)
+    return frame_from_columns({col: pd.Categorical(values) if col in categorical else values
+                               for col, values in columns.items()})
+
+
+def record_columns(batches: Iterable[list[Any]]) -> dict[str, np.ndarray]:
+    """The records' `RECORD_COLUMNS` as typed arrays (float, int, bool, or object for text).
+
+    Each batch becomes column arrays straight away, so a million records load in seconds and
+    their Python objects are freed batch by batch. A record that is not an object, or a field
+    whose value cannot be read as its column's type, raises `RecordError` with the record's
+    position among all the records given."""
     arrays: dict[str, list[np.ndarray]] = {col: [] for col in RECORD_COLUMNS}
+    offset = 0
     with _gc_paused():
         for batch in batches:
-            for col, values in zip(RECORD_COLUMNS, _columns(batch)):
-                arrays[col].append(_column(col, values))
-    joined = {col: np.concatenate(parts) if parts else _column(col, ()) for col, parts in arrays.items()}
-    df = pd.DataFrame({col: pd.Categorical(values) if col in categorical else values
-                       for col, values in joined.items()})
+            try:
+                columns = [_column(col, values) for col, values in zip(RECORD_COLUMNS, _columns(batch))]
+            except (TypeError, ValueError, KeyError):
+                raise _first_bad_record(batch, offset) from None
+            for col, values in zip(RECORD_COLUMNS, columns):
+                arrays[col].append(values)
+            offset += len(batch)
+    return {col: np.concatenate(parts) if parts else _column(col, ()) for col, parts in arrays.items()}
+
+
+def frame_from_columns(columns: Mapping[str, Any]) -> pd.DataFrame:
+    """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals)."""
+    df = pd.DataFrame(dict(columns))
     untyped = [col for col in df.columns if df[col].dtype == object]  # text columns with no text at all
     df[untyped] = df[untyped].astype("str")
     if not df["measured"].all():
@@ -135,12 +160,21 @@ def frame_from_batches(batches: Iterable[list[dict[str, Any]]], categorical: Col
     return df
 
 
+class RecordError(ValueError):
+    """A record that cannot be read: `index` is its position (from 0) among the records given,
+    the message says what is wrong with it in one line."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        super().__init__(problem)
+        self.index = index
+
+
 def _batches(items: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
     while batch := list(itertools.islice(items, size)):
         yield batch
 
 
-def _columns(batch: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:
+def _columns(batch: list[Any]) -> Iterator[tuple[Any, ...]]:
     """The batch's values column by column, in `RECORD_COLUMNS` order."""
     pick = itemgetter(*RECORD_COLUMNS)
     try:
@@ -151,18 +185,45 @@ def _columns(batch: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:
 
 
 def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
-    if name in FLOAT_COLUMNS:
-        return np.array(values, dtype="float64")
-    if name in INT_COLUMNS:
+    """One column's values as a typed array; TypeError or ValueError for a value of the wrong type."""
+    if name in FLOAT_COLUMNS or name in INT_COLUMNS:
         try:
-            return np.array(values, dtype="int64")
-        except TypeError:  # a missing value
-            return np.array(values, dtype="float64")
-    if name == "thinking":
-        return np.array(values, dtype=bool)
+            numbers = np.array(values, dtype="int64" if name in INT_COLUMNS else "float64")
+        except TypeError:  # a missing value in an int column (else a value that is no number)
+            numbers = np.array(values, dtype="float64")
+        if numbers.ndim != 1:  # a list where a number belongs
+            raise ValueError(name)
+        return numbers
+    if name == "thinking":  # as words: "server" (nothing sent) is neither on nor off
+        try:
+            return np.array(list(map(THINKING_WORDS.__getitem__, values)), dtype=object)
+        except KeyError:
+            raise ValueError("thinking") from None
     if name == "measured":  # records from before the field existed were all measurements
         return np.array([value is not False for value in values], dtype=bool)
+    if not _TEXT_TYPES.issuperset(map(type, values)):  # a number or a list where text belongs
+        raise TypeError(f"{name}: expected text")
     return np.array(values, dtype=object)  # pandas infers its string dtype
+
+
+def _first_bad_record(batch: list[Any], offset: int) -> RecordError:
+    """The first record of a batch that failed to convert, and what is wrong with it."""
+    for index, record in enumerate(batch):
+        if not isinstance(record, dict):
+            return RecordError(offset + index, f"not a JSON object: {record!r:.60}")
+        for name in RECORD_COLUMNS:
+            value = record.get(name)
+            try:
+                _column(name, (value,))
+            except (TypeError, ValueError):
+                return RecordError(offset + index, f"{name}: {_expected(name)}, got {value!r:.40}")
+    return RecordError(offset, "a record that cannot be read")
+
+
+def _expected(name: str) -> str:
+    if name == "thinking":
+        return f"expected true, false, null or one of {', '.join(THINKING_MODES)}"
+    return "expected a number" if name in FLOAT_COLUMNS or name in INT_COLUMNS else "expected text"
 
 
 @contextmanager
@@ -185,8 +246,14 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     their decode at different moments. `window_tps = sum(comp - 1) / (last token - first token
     across the round's streams)` measures the wall-clock window instead; the two agree when all
     streams get their first token at the same moment. `stream_decode_tps` is the mean
-    per-stream decode. A round counts (`complete`) only when every one of its streams succeeded;
-    a round whose streams all answered in one read has no aggregate (NaN), like such a stream.
+    per-stream decode. A round whose streams all answered in one read has no aggregate (NaN),
+    like such a stream.
+
+    Rounds with failures (`ROUND_RULE`): a round counts (`complete`) only when all N of its
+    streams succeeded. The thread's script skips a round with fewer than 2 successful streams
+    (`if len(rs) < 2: continue`) at its only N, 2, which is the same thing; read as "all N" it
+    stays the N-stream figure at any N, where "at least 2" would average 8-stream rounds with
+    rounds that lost streams early and ran the rest with less contention.
     """
     conc = df[df["case"].isin(CONCURRENT_CASES)]
     ok = conc["ok"]
@@ -198,7 +265,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
         cached_tokens=conc["cached_tokens"].where(ok),
         prompt_tokens=conc["prompt_tokens"].where(ok & conc["cached_tokens"].notna()),
     )
-    rounds = work.groupby(["cell", "round"], sort=False).agg(
+    rounds = work.groupby(["cell", "round"], sort=False, observed=True).agg(
         concurrency=("concurrency", "first"),
         case=("case", "first"),
         streams=("request_id", "size"),
@@ -229,7 +296,7 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
     """
     single = df[df["case"] == SINGLE_CASE]
     ok = single[single["ok"]]
-    table = ok.groupby("scenario", sort=False).agg(
+    table = ok.groupby("scenario", sort=False, observed=True).agg(
         decode_tps=("decode_tps", "mean"),
         decode_min=("decode_tps", "min"),
         decode_max=("decode_tps", "max"),
@@ -239,22 +306,26 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
         n=("request_id", "size"),
     )
     table["forward_rate"] = forward_rate(table["decode_tps"], table["tok_per_chunk"])
-    failed = single.loc[~single["ok"], "scenario"].value_counts()
+    failed = single.loc[~single["ok"], "scenario"].astype(str).value_counts()
+    table.index = table.index.astype(str)
     table["failed"] = failed.reindex(table.index, fill_value=0).astype("int64")
     return table
 
 
 def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
                       reference_scenario: str = "code") -> pd.DataFrame:
-    """Per concurrency cell: mean aggregate over complete rounds, min, max, n, overlap.
+    """Per concurrency cell: mean aggregate over complete rounds, min, max, n, and two overlaps.
 
     One row a cell, with its N and case beside it: two cells of one N and case (a profile's
     `c8-different` and `c8-distinct-issues`) measure different prompts and stay apart.
-    `overlap = aggregate / single-stream decode` of `reference_scenario` (the thread's "1.89x").
-    Beside it: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
-    decode, `cached_share` (cached / prompt tokens: the measured radix state) and
-    `failed_rounds` (rounds left out because a stream failed). Rows run by N, same before
-    different, then by cell name.
+    `n` counts the rounds that count (`round_aggregates`: all N streams succeeded) and
+    `failed_rounds` those left out because a stream failed.
+    `overlap_vs_stream_decode = aggregate / mean per-stream decode` of the same rounds: the
+    thread's overlap (429.7 / 227.2 = 1.89x at N = 2). `overlap_vs_single_decode = aggregate /
+    single-stream decode` of `reference_scenario`, a different figure (429.7 / 246.7 = 1.74x).
+    Beside them: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
+    decode and `cached_share` (cached / prompt tokens: the measured radix state). Rows run by
+    N, same before different, then by cell name.
     """
     rounds = round_aggregates(df)
     complete = rounds[rounds["complete"]]
@@ -281,12 +352,13 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
     if single is None:
         single = single_stream_table(df)
     base = single["decode_tps"].get(reference_scenario, np.nan) if not single.empty else np.nan
-    table["overlap"] = table["aggregate_tps"] / base
+    table["overlap_vs_stream_decode"] = table["aggregate_tps"] / table["stream_decode_tps"]
+    table["overlap_vs_single_decode"] = table["aggregate_tps"] / base
     table["_case"] = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)}).astype("int64")
     table = table.astype({"cell": str, "case": str}).sort_values(["concurrency", "_case", "cell"])
-    return table[["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "overlap", "window_tps",
-                  "window_min", "window_max", "stream_decode_tps", "cached_share", "failed_rounds"]
-                 ].reset_index(drop=True)
+    return table[["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
+                  "overlap_vs_stream_decode", "overlap_vs_single_decode", "window_tps", "window_min", "window_max",
+                  "stream_decode_tps", "cached_share"]].reset_index(drop=True)
 
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
@@ -294,7 +366,7 @@ def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
     ok = df.loc[df["ok"], [by, "ttft_s"]]
     if ok.empty:
         return pd.DataFrame(columns=["p50", "p90", "p99", "n"])
-    grouped = ok.groupby(by, sort=False)["ttft_s"]
+    grouped = ok.groupby(by, sort=False, observed=True)["ttft_s"]
     pct = grouped.quantile(list(PERCENTILES)).unstack()
     pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
     pct["n"] = grouped.size()
@@ -304,7 +376,7 @@ def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
 def failures_table(df: pd.DataFrame) -> pd.DataFrame:
     """Failed requests counted by cell and reason."""
     failed = df.loc[~df["ok"], ["cell", "error"]]
-    return (failed.groupby(["cell", "error"], sort=False).size().rename("count").reset_index()
+    return (failed.groupby(["cell", "error"], sort=False, observed=True).size().rename("count").reset_index()
             if not failed.empty else pd.DataFrame(columns=["cell", "error", "count"]))
 
 
@@ -424,14 +496,15 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
 
 
+SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]
 STEADY_INPUTS = ["cell", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
                  "ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]
 STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
                   "goodput_rps", "slo_attainment", "n", "failed"]
 
 
-def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
-                       slo_decode_tps: float = 20.0) -> pd.DataFrame:
+def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0,
+                       cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """Steady-state levels of each free-running cell (a `case` that is not the protocol's).
 
     Within the steady window (`steady_window`): mean requests in flight, decode tokens/s of all
@@ -440,9 +513,10 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
     with no decode rate, is judged on its TTFT). `slo_attainment` is the share of
     requests sent in the window that met the SLO (failures count as misses); `n` and `failed`
     count the requests sent in the window. Times are seconds from the cell's first send.
+    `cells` saves recomputing `steady_cells(df)` for a caller that has them.
     """
     rows = []
-    for cell, group, origin, sent, end, start, stop in _steady_cells(df):
+    for cell, group, origin, sent, end, start, stop in steady_cells(df) if cells is None else cells:
         length = stop - start
         in_window = (sent >= start) & (sent <= stop)
         ended_in_window = (end >= start) & (end <= stop)
@@ -462,12 +536,12 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0,
     return pd.DataFrame(rows, columns=STEADY_COLUMNS)
 
 
-def steady_percentiles(df: pd.DataFrame) -> pd.DataFrame:
+def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk and client-side queueing (when
     recorded) per free-running cell, from the raw records of successful requests sent within
-    the cell's steady window."""
+    the cell's steady window (`cells` as in `steady_state_table`)."""
     parts = []
-    for cell, group, _origin, sent, _end, start, stop in _steady_cells(df):
+    for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
         figures = steady[["ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]]
         pct = figures.quantile(list(PERCENTILES)).T
@@ -479,12 +553,16 @@ def steady_percentiles(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[["cell", "figure", "p50", "p90", "p99", "n"]]
 
 
-def _steady_cells(df: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]]:
-    """Each free-running cell with its send and end times (s from its first send) and window."""
+def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
+    """Each free-running cell with its records, its first send (epoch s), its send and end times
+    (s from that first send) and its steady window (`steady_window`): what the steady-state
+    tables share, found once (a million records take a noticeable time to sort)."""
     free = df.loc[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES)), STEADY_INPUTS]
-    for cell, group in free.groupby("cell", sort=False):
+    cells = []
+    for cell, group in free.groupby("cell", sort=False, observed=True):
         origin = float(group["sent_at"].min())
         sent = (group["sent_at"] - origin).to_numpy()
         end = (group["end_at"] - origin).to_numpy()
         end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
-        yield (cell, group, origin, sent, end, *steady_window(sent, end))
+        cells.append((str(cell), group, origin, sent, end, *steady_window(sent, end)))
+    return cells

@@ -102,7 +102,7 @@ def test_a_round_with_a_failed_stream_does_not_count():
     assert table.loc[0, ["aggregate_tps", "min", "max", "n"]].tolist() == pytest.approx([100.0, 100.0, 100.0, 1])
 
 
-def test_concurrency_table_overlap_is_aggregate_over_single_stream_code_decode():
+def test_concurrency_table_gives_both_overlaps_each_named_for_what_it_divides_by():
     df = metrics.records_frame([
         rec(ttft_s=0.1, total_s=1.1, comp=101),  # single code: 100 t/s
         rec("c2-same", round=0, slot=0, total_s=1.1), rec("c2-same", round=0, slot=1, total_s=1.1),  # 200
@@ -112,7 +112,10 @@ def test_concurrency_table_overlap_is_aggregate_over_single_stream_code_decode()
     table = metrics.concurrency_table(df)
     assert table["case"].tolist() == ["same", "different"]
     assert table["aggregate_tps"].tolist() == pytest.approx([300.0, 100.0])
-    assert table["overlap"].tolist() == pytest.approx([3.0, 1.0])
+    # the thread's: aggregate / mean per-stream decode of the same rounds (100 and 200 -> 150; 100 and 50 -> 75)
+    assert table["overlap_vs_stream_decode"].tolist() == pytest.approx([2.0, 100 / 75])
+    # a different figure: aggregate / the single-stream code decode (100)
+    assert table["overlap_vs_single_decode"].tolist() == pytest.approx([3.0, 1.0])
     assert table["min"].tolist() == pytest.approx([200.0, 100.0])
     assert table["max"].tolist() == pytest.approx([400.0, 100.0])
 
@@ -130,12 +133,13 @@ def test_two_cells_of_one_n_and_case_stay_apart_in_the_concurrency_table():
     assert table[["cell", "concurrency", "case"]].values.tolist() == [
         ["c2-same", 2, "same"], ["c2-different", 2, "different"], ["c2-distinct-issues", 2, "different"]]
     assert table["aggregate_tps"].tolist() == pytest.approx([400.0, 200.0, 100.0])
-    assert table["overlap"].tolist() == pytest.approx([4.0, 2.0, 1.0])
+    assert table["overlap_vs_single_decode"].tolist() == pytest.approx([4.0, 2.0, 1.0])
 
 
 def test_concurrency_table_without_a_single_stream_run_has_no_overlap():
     df = metrics.records_frame([rec("c2-same", slot=0), rec("c2-same", slot=1)])
-    assert math.isnan(metrics.concurrency_table(df).loc[0, "overlap"])
+    row = metrics.concurrency_table(df).loc[0]
+    assert math.isnan(row["overlap_vs_single_decode"]) and row["overlap_vs_stream_decode"] == pytest.approx(2.0)
 
 
 def test_ttft_percentiles_interpolate_raw_records():
@@ -314,3 +318,15 @@ def test_warm_up_and_priming_requests_enter_no_figure():
     assert len(df) == 1
     assert metrics.single_stream_table(df).loc["code", "ttft_s"] == pytest.approx(0.1)
     assert metrics.failures_table(df).empty
+
+
+def test_a_round_counts_only_when_all_n_streams_succeeded_at_any_n():
+    """The thread's script keeps a 2-stream round with at least 2 successes, i.e. all of them; at N = 4
+    a round with 3 successes is dropped (and counted as such), not averaged in as a 4-stream figure."""
+    four = [rec("c4-same", round=0, slot=s) for s in range(4)]
+    three = [rec("c4-same", round=1, slot=s) for s in range(3)] + [
+        rec("c4-same", round=1, slot=3, ttft_s=None, comp=None, error="http_500")]
+    row = metrics.concurrency_table(metrics.records_frame(four + three)).loc[0]
+    assert (row["n"], row["failed_rounds"]) == (1, 1)
+    assert row["aggregate_tps"] == pytest.approx(400.0)  # round 0 only: 4 x 100 tokens / 1.0 s
+    assert metrics.ROUND_RULE == "a round counts only when all N streams succeeded"

@@ -101,3 +101,36 @@ def test_an_unreadable_manifest_is_named(write_run, protocol_records, capsys):
     (run_dir / "manifest.json").write_text("{not json")
     assert main(["report", str(run_dir)]) == 2
     assert str(run_dir / "manifest.json") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad_line, problem", [
+    (b'{"request_id": 5, "ttft_s": "x"}', "request_id: expected text, got 5"),
+    (b'{"request_id": "r", "ttft_s": "x"}', "ttft_s: expected a number, got 'x'"),
+    (b"5", "not a JSON object: 5"),
+    (b"[1, 2]", "not a JSON object: [1, 2]"),
+    (b'{"request_id": "r", "cell": ["c2-same"]}', "cell: expected text, got ['c2-same']"),
+    (b'{"request_id": "r", "round": [0]}', "round: expected a number, got [0]"),
+])
+def test_a_record_of_the_wrong_shape_or_types_is_one_line_naming_file_and_line_with_exit_code_2(
+        write_run, protocol_records, bad_line, problem):
+    run_dir = write_run(protocol_records)
+    journal = run_dir / "records.jsonl"
+    lines = journal.read_bytes().splitlines()
+    journal.write_bytes(b"\n".join([*lines[:5], bad_line, *lines[5:]]) + b"\n")
+    done = subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"python -m analysis report: {journal}: line 6: {problem}\n"
+
+
+def test_a_bad_record_in_the_second_half_of_a_large_journal_is_named_by_its_line(write_run, protocol_records,
+                                                                                 monkeypatch):
+    """Large journals are read in two halves at once (a forked process reads the second)."""
+    from analysis import rundir
+
+    run_dir = write_run(protocol_records * 20)
+    journal = run_dir / "records.jsonl"
+    lines = journal.read_bytes().splitlines()
+    journal.write_bytes(b"\n".join([*lines[:250], b"", b"not json", b'{"ttft_s": {}}', *lines[250:]]) + b"\n")
+    monkeypatch.setattr(rundir, "PARALLEL_BYTES", 1000)
+    with pytest.raises(rundir.RunDirError, match=r"records.jsonl: line 253: ttft_s: expected a number, got \{\}$"):
+        rundir.read_records_frame(run_dir)

@@ -19,10 +19,14 @@ def test_summary_has_the_issue_8_schema_with_hand_computed_figures(protocol_reco
         {"decode_tps": 75.0, "decode_min": 50.0, "decode_max": 100.0, "ttft_s": 0.6,
          "tok_per_chunk": 2.02, "n": 2})
     same, different = summary["concurrent"]
+    # per-stream decode: c2-same rounds (100 + 200) / 2 and (200 + 200) / 2 -> 175; c2-different round 0 125
     assert same == {"cell": "c2-same", "concurrency": 2, "case": "same", "aggregate_tps": 300.0, "min": 200.0,
-                    "max": 400.0, "n": 2, "overlap": pytest.approx(300 / (610 / 3))}
+                    "max": 400.0, "n": 2, "failed_rounds": 0, "overlap_vs_stream_decode": pytest.approx(300 / 175),
+                    "overlap_vs_single_decode": pytest.approx(300 / (610 / 3))}
     assert different == {"cell": "c2-different", "concurrency": 2, "case": "different", "aggregate_tps": 200.0,
-                         "min": 200.0, "max": 200.0, "n": 1, "overlap": pytest.approx(200 / (610 / 3))}
+                         "min": 200.0, "max": 200.0, "n": 1, "failed_rounds": 1,
+                         "overlap_vs_stream_decode": pytest.approx(200 / 125),
+                         "overlap_vs_single_decode": pytest.approx(200 / (610 / 3))}
 
 
 def test_summary_counts_are_python_ints_ready_for_json(protocol_records):
@@ -44,12 +48,14 @@ def test_a_cell_without_complete_rounds_stays_in_the_table_with_n_0_and_none(mak
     ])
     assert summary["single"] == {}
     assert summary["concurrent"] == [{"cell": "c2-same", "concurrency": 2, "case": "same", "aggregate_tps": None,
-                                      "min": None, "max": None, "n": 0, "overlap": None}]
+                                      "min": None, "max": None, "n": 0, "failed_rounds": 1,
+                                      "overlap_vs_stream_decode": None, "overlap_vs_single_decode": None}]
 
 
 def test_single_stream_overlap_is_none_without_a_code_baseline(make_record):
     summary = protocol_summary([make_record("c2-same", slot=0), make_record("c2-same", slot=1)])
-    assert summary["concurrent"][0]["overlap"] is None
+    assert summary["concurrent"][0]["overlap_vs_single_decode"] is None
+    assert summary["concurrent"][0]["overlap_vs_stream_decode"] == pytest.approx(2.0)
 
 
 GOLDEN = """\
@@ -60,10 +66,10 @@ Single stream (decode = (comp-1)/(total-ttft); tok/chunk on the stream-chunk bas
   code (code generation)          203.3   160.0–250.0    0.200        4.01   3
   cn_essay (Chinese essay)         75.0    50.0–100.0    0.600        2.02   2
 
-Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds; overlap = aggregate / single-stream code decode)
-  N   case                      aggregate t/s         range   n   overlap
-  2   same prompt (radix hit)           300.0   200.0–400.0   2     1.48x
-  2   different prompts                 200.0   200.0–200.0   1     0.98x
+Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds: a round counts only when all N streams succeeded, dropped = rounds left out; overlap = aggregate / mean per-stream decode of those rounds (the thread's), and aggregate / single-stream code decode)
+  N   case                      aggregate t/s         range   n   dropped   overlap vs per-stream   vs single code
+  2   same prompt (radix hit)           300.0   200.0–400.0   2         0                   1.71x            1.48x
+  2   different prompts                 200.0   200.0–200.0   1         1                   1.60x            0.98x
 
 TTFT percentiles (s, from raw records of successful requests)
   cell             p50     p90     p99   n
@@ -142,13 +148,22 @@ def test_a_profiles_cell_is_named_beside_the_protocols_of_the_same_n_and_case(ma
                for slot in (0, 1)]
     concurrency = next(part for part in render_summary(records).split("\n\n") if part.startswith("Concurrency"))
     assert concurrency.splitlines()[2:] == [
-        "  2   different prompts                               200.0   200.0–200.0   1         -",
-        "  2   different prompts, c2-distinct-issues           200.0   200.0–200.0   1         -"]
+        "  2   different prompts                               200.0   200.0–200.0   1         0                   2.00x"
+        "                -",
+        "  2   different prompts, c2-distinct-issues           200.0   200.0–200.0   1         0                   2.00x"
+        "                -"]
 
 
 def test_the_settings_line_says_when_thinking_was_on_for_some_requests_only(make_record):
     text = render_summary([make_record(thinking=True), make_record(round=1)])
     assert "thinking on and off" in text.splitlines()[0] and "2 rounds" in text.splitlines()[0]
+
+
+def test_the_settings_line_says_when_thinking_was_left_to_the_servers_template(make_record):
+    """`thinking: null` (or "server"): no chat_template_kwargs was sent."""
+    assert "thinking server default (not sent)," in render_summary([make_record(thinking=None)]).splitlines()[0]
+    mixed = render_summary([make_record(thinking="server"), make_record(round=1, thinking="off")])
+    assert "thinking off and server default," in mixed.splitlines()[0]
 
 
 def test_an_answer_in_one_read_shows_no_decode_and_is_counted_as_left_out(make_record):
