@@ -1,0 +1,27 @@
+"""uni-locust: Locust users and load modes for streaming LLM servers.
+
+    from loadlib import LLMUser          # your own locustfile's users
+    from loadlib import RadixHitUser     # a shipped scenario as a user class
+
+Importing a user class also wires the run into Locust (run directory, journal, end-of-run
+summary, the tool's options). The names load lazily, so the simulator (`python -m loadlib.sim`)
+and the post-processor import none of Locust.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_USER_CLASSES = ("LLMUser", "RoundsUser", "ScenarioUser", "RadixHitUser", "DistinctIssuesUser", "LongContextUser",
+                 "MultiTurnUser", "ToolCallUser", "VisionUser")
+
+__all__ = list(_USER_CLASSES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _USER_CLASSES:
+        from loadlib import session, users
+
+        session.install()
+        return getattr(users, name)
+    raise AttributeError(f"module 'loadlib' has no attribute {name!r}")

@@ -47,12 +47,17 @@ def name_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def on_off(text: str) -> bool:
-    if text.lower() in ("on", "true", "1", "yes"):
-        return True
-    if text.lower() in ("off", "false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+THINKING_WORDS = {"server": "server", "on": "on", "true": "on", "1": "on", "yes": "on",
+                  "off": "off", "false": "off", "0": "off", "no": "off"}
+
+
+def thinking_mode(text: str) -> str:
+    """`--thinking`: "on" or "off" send `chat_template_kwargs.enable_thinking`; "server" sends no
+    `chat_template_kwargs` at all, as the thread's script does (the server's template decides)."""
+    try:
+        return THINKING_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected server, on or off, got {text!r}") from None
 
 
 # `--profile FILE` is Locust's own option (a name that groups test runs); this tool reads it as
@@ -60,9 +65,11 @@ def on_off(text: str) -> bool:
 # Options a profile sets itself (TOML keys in its [request], [load] and [scenarios.protocol]),
 # with their defaults: beside --profile, any other value is refused.
 PROFILE_SETTINGS: dict[str, Any] = {
-    "rounds": DEFAULT_ROUNDS, "max_tokens": DEFAULT_MAX_TOKENS, "thinking": False,
+    "rounds": DEFAULT_ROUNDS, "max_tokens": DEFAULT_MAX_TOKENS, "thinking": "off",
     "concurrency": int_list(DEFAULT_CONCURRENCY), "scenarios": name_list(DEFAULT_SCENARIOS),
 }
+
+LOAD_MODE_OPTIONS = ("rounds", "concurrency", "scenarios")  # meaningless for a locustfile's own users
 
 
 def add_arguments(parser: Any) -> None:
@@ -76,8 +83,9 @@ def add_arguments(parser: Any) -> None:
                        help=f"Rounds per cell (default {DEFAULT_ROUNDS})")
     group.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
-    group.add_argument("--thinking", type=on_off, default=False, metavar="on|off",
-                       help="chat_template_kwargs.enable_thinking (default off)")
+    group.add_argument("--thinking", type=thinking_mode, default="off", metavar="server|on|off",
+                       help="chat_template_kwargs.enable_thinking on or off, or server: send no "
+                            "chat_template_kwargs, the server's chat template decides (default off)")
     group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",
                        help="Concurrent stream counts to measure, each at most -u (default 2,4,8)")
     group.add_argument("--scenarios", type=name_list, default=DEFAULT_SCENARIOS, metavar="NAME,...",

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from loadlib.modes import ClosedDriver, OpenDriver, ladder_levels
+from loadlib.modes import TimedDriver, Timeline, free_running_cells
 from loadlib.profiles import Profile
 from loadlib.protocol import Conductor, Driver
 from loadlib.scenarios import (Calibration, DistinctIssues, Filler, LongContext, Mix, MultiTurn,
-                               ProtocolScenario, RadixHit, Scenario, ToolCall, Vision, request_params)
+                               ProtocolScenario, RadixHit, Scenario, Synthetic, ToolCall, Vision, dataset_scenario,
+                               request_params)
 
 
-def build_scenarios(profile: Profile) -> list[tuple[Scenario, float]]:
+def build_scenarios(profile: Profile, only: str | None = None) -> list[tuple[Scenario, float]]:
     """The profile's scenarios with their weights, in the file's order (long-context: one per
-    size, sharing the scenario's weight)."""
+    size, sharing the scenario's weight); `only` keeps the one of that name."""
     seed = profile.seed
     out: list[tuple[Scenario, float]] = []
     for name, spec in profile.scenarios.items():
+        if only is not None and name != only:
+            continue
         params = request_params(spec.max_tokens, spec.thinking)
         if spec.kind == "protocol":
             out.append((ProtocolScenario(spec.single, params, spec.cache), spec.weight))
@@ -34,22 +37,26 @@ def build_scenarios(profile: Profile) -> list[tuple[Scenario, float]]:
             out.append((ToolCall(spec.tool_choice, seed, params, spec.cache, name), spec.weight))
         elif spec.kind == "vision":
             out.append((Vision(spec.image_px, params, spec.cache, name), spec.weight))
+        elif spec.kind == "dataset":
+            out.append((dataset_scenario(spec.dataset, spec.order, seed, spec.reply_length, params, name), spec.weight))
+        elif spec.kind == "synthetic":
+            out.append((Synthetic(spec.input_tokens, spec.output_tokens, spec.prefix_tokens, spec.prefix_groups, seed,
+                                  params, name), spec.weight))
     return out
 
 
-def make_driver(profile: Profile, users: int, **common: Any) -> Driver:
-    """The driver of the profile's load mode for `users` Locust users; `common` are the
-    `Driver` arguments (build_body, dispatch, capacity, flush, timings, cell_events)."""
-    weighted = build_scenarios(profile)
+def make_driver(profile: Profile, users: int, started_at: float, streams_in_flight: Callable[[], int],
+                **common: Any) -> Driver:
+    """The coordinator's driver of the profile's load mode for `users` Locust users: the rounds
+    conductor, or the timeline of a free-running mode starting at `started_at` (wall clock), which
+    ends when `streams_in_flight()` drops to 0 after its last cell; `common` are the `Driver`
+    arguments (build_body, dispatch, capacity, flush, timings)."""
     load = profile.load
     if load.mode == "rounds":
         concurrency = [n for n in load.concurrency if n <= users]
-        plan = [cell for scenario, _weight in weighted for cell in scenario.round_cells(concurrency, load.rounds)]
+        plan = [cell for scenario, _weight in build_scenarios(profile)
+                for cell in scenario.round_cells(concurrency, load.rounds)]
         return Conductor(plan, users=users, **common)
-    mix = Mix(weighted, profile.seed)
-    if load.mode == "open":
-        return OpenDriver(mix, load.rate_rps, load.arrival, load.duration_s, users, load.warmup_s,
-                          profile.seed, **common)
-    levels = ladder_levels(users, load.levels) if load.mode == "ladder" else [users]
-    return ClosedDriver(mix, load.mode, levels, load.duration_s, load.warmup_s, load.jitter_s,
-                        profile.seed, **common)
+    mix = Mix(build_scenarios(profile), profile.seed)
+    timeline = Timeline(tuple(free_running_cells(profile, users, mix)), started_at)
+    return TimedDriver(timeline, streams_in_flight, **common)

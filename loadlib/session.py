@@ -1,29 +1,38 @@
 """Wires a run into Locust: options and profile, the built-in simulator, the run directory, the
-load mode's driver, records from every process, the end-of-run summary, and the shape that
-spawns the users and stops the test.
+load mode, records from every process, the end-of-run summary, and the shape of the protocol's
+locustfile.
 
 Locust is extended only through its events and small classes: `init_command_line_parser` adds
 the options, `init` sets up each process, `test_start`/`test_stop` frame a run, custom messages
-carry assignments (master -> workers) and records (workers -> master), `report_to_master`
-carries the self-watch figures, and `ProtocolShape` spawns what the driver wants and ends the
-test when it is done. Without `--profile` the run is the protocol, from the command-line options.
+carry the run's spec once per test and the rounds' assignments (master -> workers) and batches of
+records (workers -> master), `report_to_master` carries the self-watch figures, and
+`ProtocolShape` spawns what the load mode wants, honours `-r` and `-t`, and ends the test when the
+mode is done.
+
+Two kinds of locustfile run here. `locustfiles/dflash.py` (its users are `RoundsUser`s) plays a
+load mode: the protocol's rounds from the command-line options, or a `--profile`'s mode, whose
+scenarios then become the user classes. Any other locustfile runs its own `LLMUser`s as Locust
+runs any users; the session only keeps the run directory, the journal and the summary.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shlex
 import sys
 import time
+import weakref
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import gevent
+import orjson
 from locust import events
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
 from loadlib import options, servertruth, webui
@@ -36,42 +45,80 @@ from loadlib.plan import make_driver
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.protocol import Assignment, Driver
-from loadlib.records import RecordJournal, RequestRecord
+from loadlib.records import RecordJournal, RequestRecord, read_records
+from loadlib.runtime import (RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun, RunSpec, WorkerSink, attach,
+                             process_run)
+from loadlib.scenarios import COLD
 from loadlib.selfwatch import SelfWatch
-from loadlib.users import Mailbox
+from loadlib.users import FREE_RUNNING_MODES, RoundsUser, begin_test, fire_request_event, profile_user_classes
 from loadlib.workers import ASSIGN_MESSAGE, WorkerDispatch
 
 log = logging.getLogger("uni-bench")
 
-RECORD_MESSAGE = "uni:record"
 SELFWATCH_KEY = "uni_selfwatch"
+CUSTOM_MODE = "locust"
+LIVE_WINDOW = 5000  # records kept in memory for the live figures of an open-ended run
+FINAL_BATCHES_WAIT_S = 5.0  # how long the end waits for the workers' last batches of records
+_installed = False
 
 
 def install() -> None:
-    """Registers the session's listeners on Locust's global events (call once per locustfile)."""
-    events.init_command_line_parser.add_listener(options.add_arguments)
-    events.init.add_listener(_on_init)
+    """Registers the session's listeners on Locust's global events (once per process)."""
+    global _installed
+    if not _installed:
+        events.init_command_line_parser.add_listener(options.add_arguments)
+        events.init.add_listener(_on_init)
+        _installed = True
+
+
+_SESSIONS: "weakref.WeakKeyDictionary[Environment, RunSession]" = weakref.WeakKeyDictionary()
+
+
+def session_of(environment: Environment) -> "RunSession | None":
+    """The run's coordinating session (on the master or the local runner), if there is one."""
+    return _SESSIONS.get(environment)
+
+
+class OpenEnded(Driver):
+    """A locustfile's own users: no plan; the test ends with `-t`, the web UI's Stop or Ctrl-C."""
+
+    plan: list[Any] = []
+
+    def play(self) -> None:
+        self.phase = {"state": "running", "cell": CUSTOM_MODE}
+        gevent.sleep(float("inf"))
 
 
 class RunSession:
     """The coordinating side of a run (master or local runner): one per Locust process."""
 
-    def __init__(self, environment: Environment) -> None:
+    def __init__(self, environment: Environment, plays_load_modes: bool) -> None:
         self.environment = environment
         self.opts = environment.parsed_options
+        self.plays_load_modes = plays_load_modes  # locustfiles/dflash.py, not the user's own users
         self.simulator: Any = None
         self.run_dir: Path | None = None
         self.journal: RecordJournal | None = None
         self.profile: Profile | None = None
         self.conductor: Driver | None = None  # the load mode's driver (rounds: the conductor)
         self.manifest: dict[str, Any] = {}
-        self.records: list[dict[str, Any]] = []
+        self.record_count = 0
+        self._recent: collections.deque[bytes] = collections.deque()  # JSON lines, for the live figures
+        self._parsed: tuple[int, list[dict[str, Any]]] = (0, [])
+        self.in_flight_by_worker: dict[str, int] = {}
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
+        self.master_watch = SelfWatch()
+        self.users_override: int | None = None  # the web UI's Edit of a closed run
+        self.cut_short: str | None = None
         runner = environment.runner
-        self.workers = WorkerDispatch(runner, self.on_record) if isinstance(runner, MasterRunner) else None
+        self.workers = WorkerDispatch(runner, self.on_lost) if isinstance(runner, MasterRunner) else None
         self.summarized = True
         self._runs = 0
         self._profile_file = ""  # the --profile the run was checked with at start-up
+
+    @property
+    def mode(self) -> str:
+        return self.profile.load.mode if self.plays_load_modes and self.profile is not None else CUSTOM_MODE
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -79,9 +126,12 @@ class RunSession:
         """Checks the inputs (the profile too), then starts the built-in simulator when no --host
         was given."""
         try:
-            if self.opts.profile:
-                refuse_profile_settings(self.opts)
-            self.profile = run_profile(self.opts)
+            if self.plays_load_modes:
+                if self.opts.profile:
+                    refuse_profile_settings(self.opts)
+                self.profile = run_profile(self.opts)
+            else:
+                refuse_load_mode_options(self.opts)
         except ProfileError as exc:
             _usage_error(str(exc))
         self._profile_file = self.opts.profile
@@ -106,10 +156,10 @@ class RunSession:
             self.simulator = None
 
     def begin(self) -> None:
-        """A test starts: new run directory, manifest, conductor."""
+        """A test starts: new run directory, manifest, the run's spec to every process, the driver."""
         opts = self.opts
-        if not opts.profile or opts.profile != self._profile_file:  # the web UI's form may change them
-            try:
+        if self.plays_load_modes and (not opts.profile or opts.profile != self._profile_file):
+            try:  # the web UI's form may have changed the options
                 self.profile = run_profile(opts)
             except ProfileError as exc:
                 log.error("error: %s", exc)
@@ -118,30 +168,49 @@ class RunSession:
         self._runs += 1
         self.run_dir = _new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
         self.journal = RecordJournal(self.run_dir)
-        self.records = []
+        self.record_count = 0
+        self._recent = collections.deque(maxlen=None if self.mode == "rounds" else LIVE_WINDOW)
+        self._parsed = (0, [])
+        self.in_flight_by_worker = {}
+        self.users_override = None
+        self.cut_short = None
         self.summarized = False
         api_key = _api_key(opts)
         model = opts.model or discover_model(self.environment.host, api_key, not opts.insecure) or "default"
         settings = _settings(opts, model, api_key)
         users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
-        self.conductor = make_driver(
-            self.profile, users, build_body=lambda job: chat_body(settings, job.messages, **job.params),
-            dispatch=self._dispatch, capacity=self._capacity,
-            flush=partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure),
-            lead_time_s=0.25 if self.workers is not None else 0.05, request_timeout_s=opts.request_timeout)
-        plan = self.conductor.plan
+        flush = partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure)
+        common = dict(build_body=lambda job: chat_body(settings, job.messages, **job.params),
+                      dispatch=self._dispatch, capacity=self._capacity, flush=flush,
+                      lead_time_s=0.25 if self.workers is not None else 0.05, request_timeout_s=opts.request_timeout)
+        if self.mode == CUSTOM_MODE:
+            self.conductor = OpenEnded(users=users, **common)
+        else:
+            self.conductor = make_driver(self.profile, users, started_at=time.time() + 0.5,
+                                         streams_in_flight=self.streams_in_flight, **common)
+            if self.mode in FREE_RUNNING_MODES and any(cell.scenario.cache == COLD for cell in self.conductor.plan):
+                self.conductor.flush_cache()  # before any request of the run
+        started_at = getattr(getattr(self.conductor, "timeline", None), "started_at", time.time())
+        spec = RunSpec(self.mode, model, settings.max_tokens, settings.thinking, started_at, users,
+                       self.profile.model_dump(mode="json", by_alias=True) if self.mode in FREE_RUNNING_MODES else None,
+                       [node.id for node in self.environment.runner.clients.values()] if self.workers else [])
+        if self.workers is not None:
+            self.environment.runner.send_message(RUN_MESSAGE, spec.to_message())
+        else:
+            begin_test(process_run(self.environment), spec)
         self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
-                                       plan=plan)
-        self.manifest["protocol"]["mode"] = self.profile.load.mode
-        if self.profile.load.mode != "rounds":
+                                       plan=self.conductor.plan)
+        self.manifest["protocol"]["mode"] = self.mode
+        if self.mode != "rounds":
             self.manifest["protocol"]["rounds"] = None  # free-running: durations, in the profile
-        if opts.profile:
+        if self.plays_load_modes and opts.profile:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
         servertruth.attach(self, api_key)
-        log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.profile.load.mode,
-                 len(plan), model)
+        self.master_watch.start()
+        log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.mode,
+                 len(self.conductor.plan), model)
         gevent.spawn(self.conductor.run)
 
     def end(self) -> None:
@@ -151,32 +220,87 @@ class RunSession:
         self.summarized = True
         if self.workers is not None:
             self.workers.stop()
+            self._wait_for_final_batches()
         from analysis import render_summary
 
+        self.master_watch.stop()
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.manifest["finished"] = self.conductor is not None and self.conductor.finished.is_set()
+        if self.cut_short:
+            self.manifest["cut_short"] = self.cut_short
         self.manifest["client_watch"] = self.selfwatch_snapshots()
         if self.conductor is not None and self.conductor.flushes:
             self.manifest["cache_flushes"] = dict(self.conductor.flushes)
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
-        text = render_summary(self.records, self.manifest, self.run_dir)
-        (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         if self.journal is not None:
             self.journal.close()
+        text = render_summary(read_records(self.run_dir), self.manifest, self.run_dir)  # the journal, not memory
+        (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         print(text, flush=True)
         print(f"Run files: {self.run_dir}  (recompute with: python -m analysis report {self.run_dir})",
               flush=True)
 
-    # --- records and assignments --------------------------------------------------------------
+    def _wait_for_final_batches(self) -> None:
+        """Workers send their last records when they stop: wait (bounded) until every worker
+        still alive has said it stopped."""
+        deadline = time.time() + FINAL_BATCHES_WAIT_S
+        runner = self.environment.runner
+        while time.time() < deadline and any(node.state not in ("stopped", "ready", STATE_MISSING)
+                                             for node in runner.clients.values()):
+            gevent.sleep(0.05)
 
-    def on_record(self, record: dict[str, Any]) -> None:
-        if self.journal is None or self.conductor is None:
+    # --- records ------------------------------------------------------------------------------
+
+    def on_record(self, record: RequestRecord) -> None:
+        """A record from this process's users: to the journal at once."""
+        if self.journal is None:
             return
-        if self.workers is not None:
-            self.workers.settle(record["request_id"])
-        self.journal.append(RequestRecord.from_dict(record))
-        self.records.append(record)
-        self.conductor.on_record(record)
+        line = record.to_json()
+        self.journal.append_lines(line + b"\n")
+        self._take([line], parsed=[record.to_dict()])
+
+    def on_record_lines(self, lines: bytes, worker_id: str, in_flight: int) -> None:
+        """A worker's batch of records (JSON lines): to the journal as they are, one write."""
+        self.in_flight_by_worker[worker_id] = in_flight
+        if self.journal is None or not lines:
+            return
+        self.journal.append_lines(lines + b"\n")
+        split = lines.split(b"\n")
+        self._take(split, parsed=[orjson.loads(line) for line in split] if self.mode == "rounds" else None)
+
+    def on_lost(self, record: RequestRecord) -> None:
+        """A request whose worker died: its failed record, counted by Locust as well."""
+        fire_request_event(self.environment, record, record.cell)
+        self.on_record(record)
+
+    def _take(self, lines: list[bytes], parsed: list[dict[str, Any]] | None) -> None:
+        """The bookkeeping of new records: the count, the live window, and (rounds mode) the
+        conductor, which waits for each request it assigned."""
+        self.record_count += len(lines)
+        self._recent.extend(lines)
+        if parsed is None or self.conductor is None:
+            return
+        for record in parsed:
+            if self.workers is not None:
+                self.workers.settle(record["request_id"])
+            self.conductor.on_record(record)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The run's records so far (the last `LIVE_WINDOW` of an open-ended run), parsed when
+        asked for: the live figures' input. The journal on disk holds them all."""
+        count, parsed = self._parsed
+        if count != self.record_count:
+            parsed = [orjson.loads(line) for line in self._recent]
+            self._parsed = (self.record_count, parsed)
+        return parsed
+
+    def streams_in_flight(self) -> int:
+        """Requests being sent right now, over every process that runs users."""
+        if self.workers is None:
+            return process_run(self.environment).watch.in_flight
+        live = {node.id for node in self.environment.runner.clients.values() if node.state != STATE_MISSING}
+        return sum(n for worker, n in self.in_flight_by_worker.items() if worker in live)
 
     def _capacity(self) -> int:
         return self.environment.runner.user_count
@@ -185,21 +309,28 @@ class RunSession:
         if self.workers is not None:
             self.workers.dispatch(assignments)
         else:
-            self.environment.uni_mailbox.post(assignments)
+            run = process_run(self.environment)
+            for assignment in assignments:
+                run.assignments.put(assignment)
 
     def selfwatch_snapshots(self) -> list[dict[str, Any]]:
         snaps = list(self.selfwatch_by_worker.values())
-        watch = getattr(self.environment, "uni_selfwatch", None)
-        if watch is not None and self.workers is None:  # a master's own loop times nothing
-            snaps.append(watch.snapshot())
+        if self.workers is None:
+            snaps.append(process_run(self.environment).watch.snapshot())
+        else:
+            snaps.append({**self.master_watch.snapshot(), "role": "master"})
         return snaps
 
     def users_wanted(self) -> int:
-        """What the driver wants spawned; before it exists, what its first cell will want."""
-        if self.conductor is not None:
-            return self.conductor.users_wanted
+        """What the load mode wants spawned now; before it starts, what its first cell will want."""
+        if self.users_override is not None:
+            return self.users_override
+        driver = self.conductor
+        if driver is not None and not driver.finished.is_set():
+            timeline = getattr(driver, "timeline", None)
+            return timeline.users_wanted(time.time()) if timeline is not None else driver.users_wanted
         users = self.opts.num_users or 1
-        load = self.profile.load if self.profile else None
+        load = self.profile.load if self.profile is not None and self.plays_load_modes else None
         return ladder_levels(users, load.levels)[0] if load is not None and load.mode == "ladder" else users
 
     def _default_label(self) -> str:
@@ -209,23 +340,31 @@ class RunSession:
 
 
 class ProtocolShape(LoadTestShape):
-    """Spawns the users the driver wants at once (all `-u`; the ladder's current level) and stops
-    the test when the driver is done."""
+    """Spawns the users the load mode wants (all `-u`; the ladder's current level) at `-r` users
+    per second (all at once without `-r`), ends the test at `-t`, and when the mode is done."""
 
     use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
         environment = self.runner.environment
-        session: RunSession | None = getattr(environment, "uni_session", None)
+        session = session_of(environment)
+        opts = environment.parsed_options
         if session is None:
-            users = environment.parsed_options.num_users or 1
+            users = opts.num_users or 1
             return users, float(users)
         driver = session.conductor
         # A driver from an earlier test (the web UI starts again) is finished and summarized.
         if driver is not None and driver.finished.is_set() and not session.summarized:
             return None
+        if opts.run_time and self.get_run_time() >= opts.run_time and not session.summarized:
+            session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
+            return None
         users = session.users_wanted()
-        return users, float(users)
+        rate = opts.spawn_rate if _SPAWN_RATE_GIVEN.get(environment) else float(users)
+        return users, rate
+
+
+_SPAWN_RATE_GIVEN: "weakref.WeakKeyDictionary[Environment, bool]" = weakref.WeakKeyDictionary()
 
 
 # --- event listeners ----------------------------------------------------------------------------
@@ -235,35 +374,53 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     if opts is None or runner is None:
         return
+    _SPAWN_RATE_GIVEN[environment] = opts.spawn_rate is not None  # Locust fills in 1 later
+    plays_load_modes = any(issubclass(cls, RoundsUser) for cls in environment.user_classes)
     watch = SelfWatch()
-    environment.uni_selfwatch = watch
+    settings = _settings(opts, "", _api_key(opts))
     if isinstance(runner, WorkerRunner):
-        environment.uni_mailbox = Mailbox(lambda record: runner.send_message(RECORD_MESSAGE, record.to_dict()),
-                                          _settings(opts, "", _api_key(opts)))
-        runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: environment.uni_mailbox.post(
-            [Assignment.from_message(data) for data in msg.data]))
-        environment.events.report_to_master.add_listener(
-            lambda client_id, data: data.__setitem__(SELFWATCH_KEY, watch.snapshot()))
-        environment.events.test_start.add_listener(lambda **_: watch.start())
-        environment.events.test_stop.add_listener(lambda **_: watch.stop())
+        _init_worker(environment, runner, ProcessRun(environment, settings,
+                                                     WorkerSink(runner.send_message, watch), watch))
         return
-    session = RunSession(environment)
-    environment.uni_session = session
+    session = RunSession(environment, plays_load_modes)
+    _SESSIONS[environment] = session
     session.start_target()
-    webui.install(environment)
-    environment.uni_mailbox = Mailbox(lambda record: session.on_record(record.to_dict()),
-                                      _settings(opts, "", _api_key(opts)))
+    if plays_load_modes and session.mode in FREE_RUNNING_MODES:
+        environment.user_classes = profile_user_classes(session.profile)
+    webui.install(environment, session)
     if isinstance(runner, MasterRunner):
-        runner.register_message(RECORD_MESSAGE, lambda msg, **_: session.on_record(msg.data))
+        runner.register_message(RECORDS_MESSAGE, lambda msg, **_: session.on_record_lines(
+            msg.data["lines"], msg.node_id, msg.data["in_flight"]))
         environment.events.worker_report.add_listener(
             lambda client_id, data: SELFWATCH_KEY in data and session.selfwatch_by_worker.__setitem__(
                 client_id, data[SELFWATCH_KEY]))
     else:
+        attach(environment, ProcessRun(environment, settings, LocalSink(session.on_record), watch))
         environment.events.test_start.add_listener(lambda **_: watch.start())
         environment.events.test_stop.add_listener(lambda **_: watch.stop())
     environment.events.test_start.add_listener(lambda **_: session.begin())
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: session.stop_target())
+
+
+def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun) -> None:
+    """A worker: it takes the run's spec and the rounds' assignments from the master, and sends
+    its records and self-watch figures back."""
+    attach(environment, run)
+
+    def on_spec(msg: Any, **_: Any) -> None:
+        spec = RunSpec.from_message(msg.data)
+        if spec.mode in FREE_RUNNING_MODES:  # the master's profile decides the classes it spawns
+            environment.user_classes = profile_user_classes(Profile.model_validate(spec.profile))
+        begin_test(run, spec)
+
+    runner.register_message(RUN_MESSAGE, on_spec)
+    runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: [run.assignments.put(Assignment.from_message(data))
+                                                              for data in msg.data])
+    environment.events.report_to_master.add_listener(
+        lambda client_id, data: data.__setitem__(SELFWATCH_KEY, run.watch.snapshot()))
+    environment.events.test_start.add_listener(lambda **_: run.watch.start())
+    environment.events.test_stop.add_listener(lambda **_: (run.sink.flush(), run.watch.stop()))
 
 
 def run_profile(opts: Any) -> Profile:
@@ -294,6 +451,18 @@ def refuse_profile_settings(opts: Any) -> None:
     for name, default in options.PROFILE_SETTINGS.items():
         if getattr(opts, name) != default:
             raise ProfileError(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
+
+
+def refuse_load_mode_options(opts: Any) -> None:
+    """A locustfile with its own users has no rounds or protocol scenarios: those options are
+    refused rather than silently ignored (Locust's own --profile keeps its meaning, a run name)."""
+    for name in options.LOAD_MODE_OPTIONS:
+        if getattr(opts, name) != options.PROFILE_SETTINGS[name]:
+            raise ProfileError(f"--{name.replace('_', '-')}: only for locustfiles/dflash.py's load modes; "
+                               "this locustfile runs its own users")
+    if str(opts.profile or "").endswith(".toml"):
+        raise ProfileError(f"--profile {opts.profile}: profiles run with locustfiles/dflash.py; "
+                           "this locustfile runs its own users")
 
 
 def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:

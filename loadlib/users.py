@@ -1,127 +1,380 @@
-"""Locust users that run assigned requests, and the per-process mailbox that feeds them.
+"""Locust users that send streaming chat completions: `LLMUser` for your own locustfiles, the
+shipped scenarios as user classes, and the users the load modes run.
 
-Users are thin: take an assignment, wait for its start time, send it, report the record.
-Every measurement leaves through Locust's one door, `events.request.fire`, so the live stats
-(headless and web UI) show per scenario: the request (total time, failures with their reason),
-TTFT in ms, decode in t/s and tok/chunk (the last two in the response-time column).
+`LLMUser.chat()` is to a streaming chat completion what `FastHttpUser.client.post()` is to a POST:
+one call, one request, one Locust request event (response time = the whole request, end to end;
+response length = completion tokens), and it returns the request's `RequestRecord` (TTFT, decode,
+tokens, chunks, error). The record also goes to the run's journal, so the run directory, the
+end-of-run summary and `python -m analysis report` work for any locustfile with no other code.
+
+    from locust import task, between
+    from loadlib import LLMUser
+
+    class Chat(LLMUser):
+        wait_time = between(1, 2)
+
+        @task
+        def ask(self):
+            self.chat([{"role": "user", "content": "Hello"}], name="hello", max_tokens=64)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
+import random
 import time
-from typing import Callable
+import uuid
+from typing import Any, Callable, ClassVar
 
 import gevent
+from gevent.event import Event
 from gevent.queue import Queue
 from locust import User, constant, task
 from locust.env import Environment
 
 from loadlib import metrics
 from loadlib.cache import observed_state
-from loadlib.client import ChatClient, ChatSettings
+from loadlib.client import ChatClient, RequestTag, chat_body
+from loadlib.modes import ERROR_PAUSE_S, WARMUP, Timeline, arrival_offsets, free_running_cells
+from loadlib.profiles import Profile
 from loadlib.protocol import Assignment
 from loadlib.records import RequestRecord
+from loadlib.runtime import ProcessRun, RunSpec, process_run
+from loadlib.scenarios import Cell, Job, Mix, Scenario
 
-_user_numbers = itertools.count()
-
-REQUEST_TYPE = "CHAT"
-TTFT_TYPE = "TTFT ms"
-DECODE_TYPE = "DECODE t/s"
-TOK_PER_CHUNK_TYPE = "TOK/CHUNK"
-
-
-class Mailbox:
-    """Assignments waiting for a free user of this process, and where finished records go."""
-
-    def __init__(self, report: Callable[[RequestRecord], None], settings: ChatSettings) -> None:
-        self.queue: Queue = Queue()
-        self.report = report
-        self.settings = settings
-
-    def post(self, assignments: list[Assignment]) -> None:
-        for assignment in assignments:
-            self.queue.put(assignment)
+FREE_RUNNING_MODES = ("closed", "ladder", "open")
+CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users
+REQUEST_TYPE = "POST"
+_local_users = itertools.count()  # users of this process, in spawn order
 
 
-def mailbox_of(environment: Environment) -> Mailbox:
-    mailbox = getattr(environment, "uni_mailbox", None)
-    if mailbox is None:
-        raise RuntimeError("the uni-bench session was not set up (import loadlib.session in the locustfile)")
-    return mailbox
-
-
-def fire_request_events(environment: Environment, record: RequestRecord) -> None:
-    """Reports one record to Locust's stats: the request itself plus its protocol figures."""
-    if record.case in metrics.CONCURRENT_CASES:
-        name = record.cell
-    elif record.case == metrics.SINGLE_CASE:
-        name = record.scenario
-    else:  # a free-running cell mixes scenarios
-        name = f"{record.cell}: {record.scenario}"
-    fire = environment.events.request.fire
-    total_ms = (record.total_s or 0.0) * 1000.0
-    exception = RuntimeError(record.error) if record.error else None
-    fire(request_type=REQUEST_TYPE, name=name, response_time=total_ms,
-         response_length=record.completion_tokens or 0, exception=exception, context={},
-         url=None, response=None, start_time=record.sent_at)
-    if record.error:
-        return
-    comp, ttft, total = record.completion_tokens, record.ttft_s, record.total_s
-    fire(request_type=TTFT_TYPE, name=name, response_time=ttft * 1000.0, response_length=0,
-         exception=None, context={}, url=None, response=None, start_time=record.sent_at)
-    if total > ttft:  # a short answer can arrive in the same read as its first token
-        fire(request_type=DECODE_TYPE, name=name, response_time=metrics.decode_tps(comp, ttft, total),
-             response_length=0, exception=None, context={}, url=None, response=None,
-             start_time=record.sent_at)
-    if record.chunks:
-        fire(request_type=TOK_PER_CHUNK_TYPE, name=name,
-             response_time=metrics.tok_per_chunk(comp, record.chunks), response_length=0,
-             exception=None, context={}, url=None, response=None, start_time=record.sent_at)
-
-
-class AssignedUser(User):
-    """Runs whatever the driver assigns: one request at a time, at its start time.
-
-    An assignment taken after its start time waited for a free user: the record keeps that
-    client-side wait as `queue_s` (send time minus scheduled start), apart from TTFT.
-    """
+class LLMUser(User):
+    """A Locust user with a streaming chat-completions client (see the module docstring)."""
 
     abstract = True
     wait_time = constant(0)
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
-        self.mailbox = mailbox_of(environment)
-        self.client = ChatClient(self.host or environment.host or "", self.mailbox.settings)
-        runner = environment.runner
-        self.worker_index = max(getattr(runner, "worker_index", 0), 0)
-        self.user_number = next(_user_numbers)
+        self.process_run: ProcessRun = process_run(environment)
+        self.client = ChatClient(self.host or environment.host or "", self.process_run.settings)
+        self.user_number = next(_local_users)
+        self.slot = self.process_run.take_slot()
+        self.stream = self.process_run.stream_number(self.slot)
 
     def on_start(self) -> None:
-        self.client.connection.connect()
+        self.client.connection.connect()  # set-up now, so that it never delays a first token
 
     def on_stop(self) -> None:
+        self.process_run.release_slot(self.slot)
         self.client.close()
+
+    def chat(self, messages: list[dict[str, Any]] | None = None, *, body: dict[str, Any] | None = None,
+             name: str = "chat", max_tokens: int | None = None, **extra: Any) -> RequestRecord:
+        """Sends one streaming chat completion and returns its record (never raises for a failed
+        request: the record's `error` says why). `messages` with the run's defaults (model,
+        max_tokens, temperature 0, thinking switch, usage in the stream), or a whole `body`;
+        `extra` are more body keys (tools, temperature, ...); `name` is the stats row."""
+        if body is None:
+            if messages is None:
+                raise TypeError("chat() needs messages or body")
+            body = chat_body(self.process_run.settings, messages, max_tokens, **extra)
+        else:
+            body = {"model": self.process_run.settings.model, "stream": True,
+                    "stream_options": {"include_usage": True}, **body, **extra}
+            if max_tokens is not None:
+                body["max_tokens"] = max_tokens
+        spec = self.process_run.spec
+        tag = RequestTag(scenario=name, cell=name, concurrency=spec.users if spec else 1, case=CUSTOM_CASE,
+                         slot=self.stream)
+        return self.send(body, tag, name)
+
+    def send(self, body: dict[str, Any], tag: RequestTag, name: str, *, request_id: str | None = None,
+             scheduled_at: float | None = None, job: Job | None = None, measured: bool = True,
+             urgent: bool = False) -> RequestRecord:
+        """Sends `body` labelled `tag`, reports it to Locust's stats as `name` and to the run's
+        journal, and returns the record. `scheduled_at` is when it was meant to start (its
+        `queue_s` is the wait for a free user); `job` carries the scenario's labels."""
+        tag = RequestTag(tag.scenario, tag.cell, tag.concurrency, tag.case, tag.round, tag.slot,
+                         self.process_run.worker_share[0], self.user_number)
+        watch = self.process_run.watch
+        watch.in_flight += 1
+        try:
+            record = self.client.chat(body, tag, request_id or uuid.uuid4().hex)
+        finally:
+            watch.in_flight -= 1
+        if scheduled_at is not None and record.sent_at:
+            record.queue_s = max(record.sent_at - scheduled_at, 0.0)
+        if job is not None:
+            record.cache_intended, record.turn = job.cache, job.turn
+        record.measured = measured
+        record.cache_observed = observed_state(record.cached_tokens)
+        fire_request_event(self.environment, record, name)
+        self.process_run.sink.add(record, urgent)
+        return record
+
+
+    def body_of(self, job: Job) -> dict[str, Any]:
+        """A scenario job's request body, with the run's defaults."""
+        return chat_body(self.process_run.settings, job.messages, **job.params)
+
+    def prepared(self, key: Any, build: Callable[[], Scenario]) -> Scenario:
+        """This process's instance of a scenario for the current test (`build` makes it), primed
+        and calibrated once: by the first user that asks; the others wait for it."""
+        state = self.process_run.state
+        if key not in state:
+            ready = Event()
+            scenario = build()
+            state[key] = (scenario, ready)
+            try:
+                scenario.prepare(self._send_unmeasured)
+            finally:
+                ready.set()
+        scenario, ready = state[key]
+        ready.wait()
+        return scenario
+
+    def _send_unmeasured(self, jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
+        """Priming and calibration requests, one at a time, left out of every figure."""
+        tag = RequestTag(purpose, purpose, 1, CUSTOM_CASE, slot=self.stream)
+        return [self.send(self.body_of(job), tag, purpose, job=job, measured=False, urgent=True).to_dict()
+                for job in jobs]
+
+
+def fire_request_event(environment: Environment, record: RequestRecord, name: str) -> None:
+    """The request's one Locust event: response time end to end in ms, length in completion
+    tokens; TTFT, decode and tok/chunk ride in `context` for listeners that want them."""
+    context = {"ttft_ms": record.ttft_s * 1000.0 if record.ttft_s is not None else None,
+               "decode_tps": None, "tok_per_chunk": None, "record": record}
+    if not record.error and record.total_s and record.ttft_s is not None and record.total_s > record.ttft_s:
+        context["decode_tps"] = metrics.decode_tps(record.completion_tokens, record.ttft_s, record.total_s)
+    if not record.error and record.chunks:
+        context["tok_per_chunk"] = metrics.tok_per_chunk(record.completion_tokens, record.chunks)
+    environment.events.request.fire(
+        request_type=REQUEST_TYPE, name=name, response_time=(record.total_s or 0.0) * 1000.0,
+        response_length=record.completion_tokens or 0,
+        exception=RuntimeError(record.error) if record.error else None,
+        context=context, url=None, response=None, start_time=record.sent_at)
+
+
+def stats_name(tag: RequestTag) -> str:
+    """The stats row of a built-in load mode's request: the scenario for single-stream cells,
+    the cell for concurrency cells, "cell: scenario" for a free-running mix."""
+    if tag.case in metrics.CONCURRENT_CASES:
+        return tag.cell
+    if tag.case == metrics.SINGLE_CASE:
+        return tag.scenario
+    return f"{tag.cell}: {tag.scenario}"
+
+
+# --- the rounds protocol -----------------------------------------------------------------------
+
+class RoundsUser(LLMUser):
+    """One stream slot of the rounds protocol: sends what the conductor assigns, at its start time
+    (an assignment taken after its start time waited for a free user: `queue_s`)."""
+
+    abstract = True
 
     @task
     def run_assignment(self) -> None:
-        assignment: Assignment = self.mailbox.queue.get()
+        assignment: Assignment = self.process_run.assignments.get()
         delay = assignment.start_at - time.time()
         if delay > 0:
             gevent.sleep(delay)
-        tag = dataclasses.replace(assignment.tag, worker=self.worker_index, user=self.user_number)
-        watch = self.environment.uni_selfwatch
-        watch.in_flight += 1
-        try:
-            record = self.client.chat(assignment.body, tag, assignment.request_id)
-        finally:
-            watch.in_flight -= 1
-        if record.sent_at:
-            record.queue_s = max(record.sent_at - assignment.start_at, 0.0)
-        record.cache_intended, record.measured, record.turn = (assignment.cache_intended, assignment.measured,
-                                                               assignment.turn)
-        record.cache_observed = observed_state(record.cached_tokens)
-        self.mailbox.report(record)
-        fire_request_events(self.environment, record)
+        job = Job(assignment.tag.scenario, [], cache=assignment.cache_intended, turn=assignment.turn)
+        self.send(assignment.body, assignment.tag, stats_name(assignment.tag), request_id=assignment.request_id,
+                  scheduled_at=assignment.start_at, job=job, measured=assignment.measured, urgent=True)
+
+
+# --- scenarios as user classes ---------------------------------------------------------------
+
+class ScenarioUser(LLMUser):
+    """Sends its scenario's requests one after another (a closed-loop stream), with Locust's
+    `wait_time` between them. Subclasses name a scenario `kind` and its profile `options`
+    (the keys of a `[scenarios.NAME]` table); mix them with Locust's `weight` / `fixed_count`.
+
+    Under a free-running profile (locustfiles/dflash.py) each request is labelled with the
+    timeline's cell; a ladder level's extra streams wait for their level.
+    """
+
+    abstract = True
+    kind: ClassVar[str] = "protocol"
+    options: ClassVar[dict[str, Any]] = {}
+    scenario_name: ClassVar[str | None] = None  # the records' scenario name (default: the kind)
+
+    @classmethod
+    def build_scenario(cls, profile: Profile | None) -> Scenario:
+        """The class's scenario, from the run's profile when it has this class's table, else from
+        the class's own options (validated as a profile table would be)."""
+        from loadlib.plan import build_scenarios
+
+        name = cls.scenario_name or cls.kind
+        if profile is None or name not in profile.scenarios:
+            profile = Profile.model_validate({"scenarios": {name: {"kind": cls.kind, **cls.options}}})
+        weighted = build_scenarios(profile, only=name)
+        return weighted[0][0] if len(weighted) == 1 else Mix(weighted, profile.seed)
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.scenario = self._prepared_scenario()
+        profile: Profile | None = self.process_run.state.get("profile")
+        jitter_s = getattr(profile.load, "jitter_s", 0.0) if profile is not None else 0.0
+        gevent.sleep(random.uniform(0.0, jitter_s))  # first requests spread, not one burst
+
+    @task
+    def send_next(self) -> None:
+        timeline: Timeline | None = self.process_run.state.get("timeline")
+        cell = timeline.cell_at(time.time()) if timeline is not None else None
+        if timeline is not None and (cell is None or self.stream >= _streams_of(cell)):
+            gevent.sleep(max(min(timeline.next_change(time.time()) - time.time(), 0.5), 0.01))
+            return  # the run is over, or this stream's level has not begun
+        job = self.scenario.next(self.stream)
+        if cell is None:
+            tag = RequestTag(job.scenario, job.scenario, self.process_run.spec.users if self.process_run.spec else 1, CUSTOM_CASE,
+                             slot=self.stream)
+            record = self.send(self.body_of(job), tag, job.scenario, job=job)
+        else:
+            tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=self.stream)
+            record = self.send(self.body_of(job), tag, stats_name(tag), job=job, measured=cell.name != WARMUP)
+        self.scenario.observe(job, record.to_dict())
+        if record.error and cell is not None:
+            gevent.sleep(ERROR_PAUSE_S)  # a failing server is not hammered in a tight loop
+
+    def _prepared_scenario(self) -> Scenario:
+        return self.prepared(type(self), lambda: self.build_scenario(self.process_run.state.get("profile")))
+
+
+def _streams_of(cell: Cell) -> int:
+    """How many streams a cell runs: a ladder level its own; closed and warm-up cells as many as
+    are spawned (the web UI's Edit may change that)."""
+    return cell.concurrency if cell.case == "ladder" and cell.name != WARMUP else 1 << 30
+
+
+class RadixHitUser(ScenarioUser):
+    """The same long prompt every time: prefix-cache hits after the first."""
+
+    abstract = True
+    kind = "radix-hit"
+
+
+class DistinctIssuesUser(ScenarioUser):
+    """A different real work item (an issue to triage) every request: no shared prefix."""
+
+    abstract = True
+    kind = "distinct-issues"
+
+
+class LongContextUser(ScenarioUser):
+    """Cold prefill of a long, never-seen prompt (size in the server's tokens: `options`)."""
+
+    abstract = True
+    kind = "long-context"
+    options = {"sizes": [14000]}
+
+
+class MultiTurnUser(ScenarioUser):
+    """Conversations that grow turn by turn, the history resent each turn."""
+
+    abstract = True
+    kind = "multi-turn"
+
+
+class ToolCallUser(ScenarioUser):
+    """Requests with tools that the model should call (JSON arguments streamed back)."""
+
+    abstract = True
+    kind = "tool-call"
+
+
+class VisionUser(ScenarioUser):
+    """A generated image and a question about it."""
+
+    abstract = True
+    kind = "vision"
+
+
+# --- the free-running modes -------------------------------------------------------------------
+
+def profile_user_classes(profile: Profile) -> list[type[User]]:
+    """The user classes a profile runs: one `ScenarioUser` per scenario with the scenario's weight
+    (closed, ladder), or the open mode's arrival slots."""
+    if profile.load.mode == "open":
+        return [ArrivalUser]
+    return [type(name, (ScenarioUser,), {"abstract": False, "kind": spec.kind, "scenario_name": name,
+                                          "weight": spec.weight, "__module__": __name__})
+            for name, spec in profile.scenarios.items()]
+
+
+def begin_test(run: ProcessRun, spec: RunSpec) -> None:
+    """A test starts on this process: the spec, and for a free-running mode its profile and
+    timeline (the same on every process)."""
+    from loadlib.plan import build_scenarios
+
+    run.start(spec)
+    if spec.profile is not None and spec.mode in FREE_RUNNING_MODES:
+        profile = Profile.model_validate(spec.profile)
+        mix = Mix(build_scenarios(profile), profile.seed)
+        run.state["profile"] = profile
+        run.state["timeline"] = Timeline(tuple(free_running_cells(profile, spec.users, mix)), spec.started_at)
+
+
+class ArrivalUser(LLMUser):
+    """A free user of the open mode: sends arrivals of this process's share of the schedule."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        timeline: Timeline = self.process_run.state["timeline"]
+        self.prepared("mix", lambda: timeline.cells[-1].scenario)  # the schedule's scenarios
+
+    @task
+    def send_arrival(self) -> None:
+        arrival: _Arrival | None = _arrivals(self.process_run).get()
+        if arrival is None:  # the schedule is over
+            gevent.sleep(1.0)
+            return
+        job = arrival.scenario.next(arrival.stream)
+        tag = RequestTag(job.scenario, arrival.cell.name, arrival.cell.concurrency, arrival.cell.case,
+                         slot=arrival.stream)
+        record = self.send(self.body_of(job), tag, stats_name(tag),
+                           scheduled_at=arrival.at, job=job, measured=arrival.cell.name != WARMUP)
+        arrival.scenario.observe(job, record.to_dict())
+
+
+class _Arrival:
+    __slots__ = ("at", "cell", "scenario", "stream")
+
+    def __init__(self, at: float, cell: Cell, scenario: Scenario, stream: int) -> None:
+        self.at, self.cell, self.scenario, self.stream = at, cell, scenario, stream
+
+
+def _arrivals(run: ProcessRun) -> Queue:
+    """This process's arrival queue, fed on schedule by one greenlet per test: every process
+    draws the whole seeded schedule (times and scenarios) and keeps arrivals i = its index mod
+    processes, so together they send exactly the profile's schedule."""
+    queue = run.state.get("arrivals")
+    if queue is None:
+        queue = run.state["arrivals"] = Queue()
+        run.state["arrival_feed"] = gevent.spawn(_feed_arrivals, run, queue)
+    return queue
+
+
+def _feed_arrivals(run: ProcessRun, queue: Queue) -> None:
+    profile: Profile = run.state["profile"]
+    timeline: Timeline = run.state["timeline"]
+    load = profile.load
+    members = timeline.cells[-1].scenario
+    assert isinstance(members, Mix)
+    users = run.spec.users if run.spec else 1
+    offsets = arrival_offsets(load.rate_rps, load.arrival, timeline.ends_at - timeline.started_at,
+                              random.Random(profile.seed))
+    picks = random.Random(profile.seed + 1)
+    index, count = run.worker_share
+    for number, offset in enumerate(offsets):
+        scenario = picks.choices(members.members, members.weights)[0]
+        if number % count != index:
+            continue
+        at = timeline.started_at + offset
+        gevent.sleep(max(at - time.time(), 0.0))
+        queue.put(_Arrival(at, timeline.cell_at(at) or timeline.cells[-1], scenario, number % users))
+    for _ in range(max(users, 1)):
+        queue.put(None)

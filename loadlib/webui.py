@@ -45,12 +45,12 @@ COLUMNS = [  # (row key, column title) of the tab's table and the page's
 PAGE = "live.html"
 
 
-def install(environment: Environment) -> None:
+def install(environment: Environment, session: Any) -> None:
     """Adds the tab, the page, the downloads and the checked start form (no-op without a web UI)."""
     web_ui = environment.web_ui
     if web_ui is None:
         return
-    figures = LiveFigures(environment)
+    figures = LiveFigures(environment, session)
     base = getattr(environment.parsed_options, "web_base_path", None) or ""
     web_ui.template_args["extended_tabs"] = [{"title": "uni-bench", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
@@ -110,14 +110,11 @@ class Slot:
 class LiveFigures:
     """The run's figures so far, for the tab and the page."""
 
-    def __init__(self, environment: Environment) -> None:
+    def __init__(self, environment: Environment, session: Any) -> None:
         self.environment = environment
+        self.session = session
         self._key: tuple[int, int, int] | None = None
         self._cached: tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]] | None = None
-
-    @property
-    def session(self) -> Any:
-        return self.environment.uni_session
 
     def records(self) -> list[dict[str, Any]]:
         return self.session.records
@@ -130,7 +127,7 @@ class LiveFigures:
         saved = session.run_dir / "summary.txt"
         if saved.exists():
             return saved.read_text(encoding="utf-8")
-        return (f"Run in progress ({len(session.records)} requests so far); run files: {session.run_dir}\n\n"
+        return (f"Run in progress ({session.record_count} requests so far); run files: {session.run_dir}\n\n"
                 + render_summary(session.records, session.manifest, session.run_dir) + "\n")
 
     def view(self) -> dict[str, Any]:
@@ -144,9 +141,9 @@ class LiveFigures:
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
         return {"phase": _phase_text(session, slots, len(plan), phase, current, state), "state": state,
-                "settings": _settings_text(self.environment, plan, frame),
-                "target": _target_text(self.environment), "columns": COLUMNS, "rows": rows,
-                "series": series, "run_dir": str(session.run_dir or ""), "requests": len(session.records)}
+                "settings": _settings_text(self.environment, session, plan, frame),
+                "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
+                "series": series, "run_dir": str(session.run_dir or ""), "requests": session.record_count}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
         """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
@@ -163,10 +160,9 @@ class LiveFigures:
                  ) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]]:
         """The records' frame, the rows and their figures, the chart series: recomputed only when
         records arrive."""
-        records = self.session.records
-        key = (id(records), len(records), id(conductor))
+        key = (self.session.record_count, id(conductor))
         if self._cached is None or key != self._key:
-            frame = metrics.records_frame(records)
+            frame = metrics.records_frame(self.session.records)
             slots = _slots(plan, frame)
             figures = _slot_figures(frame)
             self._cached = (frame, slots, [figures(slot) for slot in slots], _series(frame))
@@ -323,25 +319,24 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str
     if session.conductor is None:
         return "No run yet: start one with the form (New test)"
     if phase.get("state") == "finished":
-        return f"Finished: all {plan_size} cells done, {len(session.records)} requests"
+        return f"Finished: all {plan_size} cells done, {session.record_count} requests"
     if current is None:
         return "Starting: waiting for users" if runner_state in ("spawning", "running") else "Stopped"
     stopped = "" if runner_state in ("spawning", "running") else "stopped at "
     return f"Now: {stopped}cell {current + 1} of {plan_size}: {slots[current].label}, {_progress(phase)}"
 
 
-def _settings_text(environment: Environment, plan: list[Any], frame: pd.DataFrame) -> str:
+def _settings_text(environment: Environment, session: Any, plan: list[Any], frame: pd.DataFrame) -> str:
     """What is being measured: max tokens and thinking as the records show them (a profile may
     mix them), rounds as the plan has them, else the options as they stand.
 
     The target is left out: Locust's header shows it, and the page shows it apart.
     """
-    session, opts = environment.uni_session, environment.parsed_options
-    profile = getattr(session, "profile", None)
+    opts = environment.parsed_options
     max_tokens = sorted(frame["max_tokens"].dropna().astype(int).unique()) or [opts.max_tokens]
     thinking = set(frame["thinking"].astype(bool)) or {bool(opts.thinking)}
     rounds = sorted({cell.rounds for cell in plan if cell.rounds}) or [opts.rounds]
-    mode = profile.load.mode if profile is not None else "rounds"
+    mode = session.mode
     parts = [f"Model {(session.manifest or {}).get('model') or opts.model or '(first of /v1/models)'}",
              "max tokens " + "/".join(map(str, max_tokens)),
              "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == "rounds"
@@ -352,8 +347,8 @@ def _settings_text(environment: Environment, plan: list[Any], frame: pd.DataFram
     return " · ".join(parts)
 
 
-def _target_text(environment: Environment) -> str:
-    target = (environment.uni_session.manifest or {}).get("target", {})
+def _target_text(environment: Environment, session: Any) -> str:
+    target = (session.manifest or {}).get("target", {})
     simulator = " (built-in simulator)" if target.get("builtin_simulator") else ""
     return f"{target.get('url') or environment.host}{simulator}"
 

@@ -26,7 +26,7 @@ WORKER_LOST = "worker lost: its process ended before the request's record came b
 
 
 class WorkerDispatch:
-    def __init__(self, runner: MasterRunner, report: Callable[[dict[str, Any]], None],
+    def __init__(self, runner: MasterRunner, report: Callable[[RequestRecord], None],
                  check_interval_s: float = 1.0) -> None:
         self.runner = runner
         self.report = report
@@ -77,7 +77,7 @@ class WorkerDispatch:
                 self.report(lost_record(assignment, WORKER_LOST))
 
 
-def lost_record(assignment: Assignment, reason: str) -> dict[str, Any]:
+def lost_record(assignment: Assignment, reason: str) -> RequestRecord:
     """The failed record of a request whose own record can never come."""
     tag = assignment.tag
     return RequestRecord(
@@ -86,7 +86,7 @@ def lost_record(assignment: Assignment, reason: str) -> dict[str, Any]:
         worker=-1, user=-1, sent_at=assignment.start_at, error=reason,
         max_tokens=assignment.body.get("max_tokens"), cache_intended=assignment.cache_intended,
         turn=assignment.turn, measured=assignment.measured,
-    ).to_dict()
+    )
 
 
 def round_robin(workers: list[tuple[str, int]]) -> list[str]:

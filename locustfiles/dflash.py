@@ -8,17 +8,14 @@ Single stream over the thread's four scenarios, then 2, 4 and 8 streams started 
 same prompt (prefix-cache hit) and on different prompts, `--rounds` rounds each. Every request
 is kept in runs/<run>/records.jsonl; the summary at the end is the thread's tables.
 
-A profile (profiles/*.toml) swaps in other scenarios and load modes (rounds, closed, open,
-ladder); the users stay the same, they run whatever the mode's driver assigns.
+A profile (profiles/*.toml) swaps in other scenarios and load modes: rounds keep these users;
+closed and ladder run one user class per scenario of the profile (its weight, Locust's weight),
+open runs the arrival schedule on every worker. To write your own users, see `loadlib.LLMUser`.
 """
 
-from loadlib import session
+from loadlib import RoundsUser
 from loadlib.session import ProtocolShape  # noqa: F401  (Locust picks the shape up from here)
-from loadlib.users import AssignedUser
-
-session.install()
 
 
-class ProtocolUser(AssignedUser):
-    """One stream slot: runs the requests the run's driver (the protocol's conductor by default)
-    assigns to it."""
+class ProtocolUser(RoundsUser):
+    """One stream slot: sends what the protocol's conductor assigns to it, when it says."""
