@@ -88,12 +88,15 @@ class RecordJournal:
         self.count = 0
 
     def append(self, record: RequestRecord) -> None:
-        line = record.to_json() + b"\n"
+        self.append_lines(record.to_json() + b"\n")
+
+    def append_lines(self, lines: bytes) -> None:
+        """Writes records already in JSON lines (a worker's batch), newline-terminated, in one write."""
         with self._lock:
             if self._file.closed:  # a record that arrives after the run's end is still kept
                 self._file = open(self.path, "ab", buffering=0)
-            self._file.write(line)
-            self.count += 1
+            self._file.write(lines)
+            self.count += lines.count(b"\n")
 
     def close(self) -> None:
         with self._lock:
