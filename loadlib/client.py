@@ -31,7 +31,7 @@ class ChatSettings:
     model: str
     max_tokens: int = 512
     temperature: float = 0.0
-    thinking: bool = False
+    thinking: str = "off"  # "on", "off", or "server": no chat_template_kwargs sent
     api_key: str | None = None
     timeout_s: float = 900.0
     verify_tls: bool = True
@@ -52,8 +52,11 @@ class RequestTag:
 
 
 def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens: int | None = None,
-              **extra: Any) -> dict[str, Any]:
-    """The protocol's request body: streaming with usage, temperature 0, thinking switch."""
+              thinking: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The protocol's request body: streaming with usage, temperature 0, thinking switch.
+
+    `thinking` (default the settings') "on"/"off" sends `chat_template_kwargs.enable_thinking`;
+    "server" sends no `chat_template_kwargs`, the thread script's exact payload."""
     body: dict[str, Any] = {
         "model": settings.model,
         "messages": messages,
@@ -61,8 +64,10 @@ def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens
         "temperature": settings.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "chat_template_kwargs": {"enable_thinking": settings.thinking},
     }
+    mode = thinking or settings.thinking
+    if mode != "server":
+        body["chat_template_kwargs"] = {"enable_thinking": mode == "on"}
     body.update(extra)
     return body
 

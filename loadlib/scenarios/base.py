@@ -70,13 +70,14 @@ class Scenario:
         return Job(scenario, messages, {**params, **self.params}, cache or self.cache, turn)
 
 
-def request_params(max_tokens: int | None = None, thinking: bool | None = None) -> dict[str, Any]:
-    """Body fields that override the run's defaults for one scenario."""
+def request_params(max_tokens: int | None = None, thinking: str | None = None) -> dict[str, Any]:
+    """`chat_body` arguments that override the run's defaults for one scenario (`thinking`:
+    "on", "off" or "server", see `loadlib.client.chat_body`)."""
     params: dict[str, Any] = {}
     if max_tokens is not None:
         params["max_tokens"] = max_tokens
     if thinking is not None:
-        params["chat_template_kwargs"] = {"enable_thinking": thinking}
+        params["thinking"] = thinking
     return params
 
 

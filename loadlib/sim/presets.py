@@ -69,6 +69,8 @@ class SimConfig:
     natural_span: int = 1024
     thinking_base: int = 640
     thinking_span: int = 640
+    # what the chat template does when a request sends no enable_thinking (Qwen3's thinks)
+    thinking_default: bool = True
     # launch flags reported by /get_server_info (informational)
     tp_size: int = 1
     model_path: str = "default"

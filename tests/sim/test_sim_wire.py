@@ -79,6 +79,18 @@ def test_thinking_sends_reasoning_content_before_the_answer(sim):
     assert reply.usage["reasoning_tokens"] > 0
 
 
+def test_without_enable_thinking_the_presets_chat_template_decides_and_qwen3_thinks(sim):
+    """The thread's script sends no chat_template_kwargs: a Qwen3 server thinks then, as it does
+    when asked to, and not when told enable_thinking false."""
+    bare = chat_payload(max_tokens=1024)
+    del bare["chat_template_kwargs"]
+    unsent = chat(sim.url, payload=bare)
+    asked = chat(sim.url, max_tokens=1024, thinking=True)
+    assert unsent.usage["reasoning_tokens"] == asked.usage["reasoning_tokens"] > 0
+    assert unsent.reasoning == asked.reasoning
+    assert not chat(sim.url, max_tokens=1024, thinking=False).reasoning
+
+
 def test_protocol_prompts_run_until_max_tokens(sim):
     for name in ("code", "cn_essay"):
         reply = chat(sim.url, prompt=PROTOCOL_PROMPTS[name], max_tokens=1024)
