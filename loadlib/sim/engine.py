@@ -168,13 +168,15 @@ class Engine:
 
     def make_request(self, rid: str, messages: list[dict], max_tokens: int | None,
                      temperature: float, thinking: bool, natural_tokens: int | None = None,
-                     tools: object = None, tool_choice: object = "auto") -> SimRequest:
+                     tools: object = None, tool_choice: object = "auto", ignore_eos: bool = False) -> SimRequest:
         """Tokenizes and prepares a request; output and acceptance depend only on the prompt
-        (and thinking, and tools) at temperature 0. ValueError: unusable `tools`."""
+        (and thinking, and tools) at temperature 0. With `ignore_eos` (and `max_tokens`) an answer
+        runs to exactly `max_tokens`, as SGLang's and vLLM's do. ValueError: unusable `tools`."""
         cfg = self.cfg
         texts = {role: " ".join(tokenizer.message_text(m.get("content")) for m in messages
                                 if m.get("role") == role) for role in ("system", "user")}
         functions = toolcalls.functions_to_call(tools, tool_choice, " ".join(texts.values()))
+        forced = ignore_eos and max_tokens is not None and not functions  # the answer runs to max_tokens
         ids = tokenizer.encode_chat(messages, thinking, tools)
         seed = int.from_bytes(hashlib.blake2b(array("q", ids).tobytes(), digest_size=8).digest(),
                               "little")
@@ -185,14 +187,14 @@ class Engine:
             output = toolcalls.output_for(rng_seed, functions, texts["user"], domain, reasoning)
             answer_domain = "code"  # JSON arguments are as predictable for the draft as code
         else:
-            answer = natural_tokens if natural_tokens is not None else (
+            answer = max_tokens if forced else natural_tokens if natural_tokens is not None else (
                 cfg.natural_base + seed % max(1, cfg.natural_span))
             output = content.output_for(rng_seed, domain, max(1, answer), reasoning)
             answer_domain = domain
         natural = len(output.texts)
         room = max(1, cfg.context_length - len(ids))
         cap = min(max_tokens if max_tokens is not None else natural, room)
-        limit, finish = (natural, "stop") if natural <= cap else (cap, "length")
+        limit, finish = (natural, "stop") if natural <= cap and not forced else (cap, "length")
         block = cfg.speculative_num_draft_tokens
         return SimRequest(rid, ids, output, limit, finish,
                           accept_cdf(cfg.accept.get(answer_domain, 2.0), block),

@@ -441,7 +441,8 @@ class SimServer:
             temperature = body.get("temperature")
             temperature = 1.0 if temperature is None else float(temperature)
             kwargs = body.get("chat_template_kwargs") or {}
-            thinking = isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True
+            asked = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+            thinking = self.engine.cfg.thinking_default if asked is None else asked is True
             faults = self.faults.pick(request.headers.get(FAULT_HEADER))
         except (ValueError, TypeError) as exc:
             return self._send(sock, self._error(400, str(exc)))
@@ -453,7 +454,8 @@ class SimServer:
         try:
             req = self.engine.make_request(rid, messages, max_tokens, temperature, thinking,
                                            int(natural) if natural and natural.isdigit() else None,
-                                           body.get("tools"), body.get("tool_choice", "auto"))
+                                           body.get("tools"), body.get("tool_choice", "auto"),
+                                           body.get("ignore_eos") is True)
         except ValueError as exc:
             return self._send(sock, self._error(400, str(exc), extra=rid_header))
         error = self._check_length(req, max_tokens, bool(faults and faults.too_long))
