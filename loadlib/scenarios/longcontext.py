@@ -70,6 +70,13 @@ class Calibration:
         ratio = chars / filler_tokens if filler_tokens > 0 else DEFAULT_CHARS_PER_TOKEN
         return max(0, round(need * ratio))
 
+    def tokens_for(self, chars: int) -> int:
+        """The other way round, for text like the samples': the server tokens of `chars`
+        characters at the samples' overall rate (an estimate; exact only for the filler itself)."""
+        chars_seen, tokens_seen = map(sum, zip(*self.samples))
+        ratio = chars_seen / tokens_seen if tokens_seen > 0 else DEFAULT_CHARS_PER_TOKEN
+        return round(chars / ratio)
+
     def learn(self, frame_tokens: int | None, chars: int, prompt_tokens: int | None) -> None:
         """Adds what one prompt with `chars` filler characters cost (a frame-only probe sets the frame)."""
         if not prompt_tokens:
