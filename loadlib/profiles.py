@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt,
-                      ValidationError, field_validator)
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator)
 
 from loadlib.prompts import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
+from loadlib.scenarios.dataset import Dataset, load_dataset
 from loadlib.scenarios.radix import DEFAULT_PROMPT, prompt_text
+from loadlib.scenarios.synthetic import Lengths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -115,9 +117,61 @@ class VisionSpec(_ScenarioSpec):
     cache: Literal["cold", "any"] = "any"
 
 
+class DatasetSpec(_ScenarioSpec):
+    """The user's prompts from a file; `path` is relative to the profile file. The file is read
+    and checked when the profile is, so bad data stops the run before it starts."""
+
+    kind: Literal["dataset"]
+    path: str
+    order: Literal["file", "shuffle", "sample"] = "file"  # shuffle: with the profile's seed; sample: with replacement
+    reply_length: bool = False  # ShareGPT: a recorded reply's length (in server tokens) is the output length
+    _dataset: Dataset = PrivateAttr()
+
+    @field_validator("path")
+    @classmethod
+    def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
+        """Made absolute on first load, so the profile sent to workers finds the same file."""
+        profile_dir = (info.context or {}).get("profile_dir")
+        return str(Path(profile_dir, path).absolute()) if profile_dir is not None else path
+
+    @model_validator(mode="after")
+    def _load(self) -> "DatasetSpec":
+        self._dataset = load_dataset(Path(self.path))
+        if self.reply_length and not self._dataset.has_replies:
+            raise ValueError(f"reply_length: {self.path} has no recorded replies ({self._dataset.format})")
+        return self
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+
+class SyntheticSpec(_ScenarioSpec):
+    kind: Literal["synthetic"]
+    input_tokens: Lengths  # the prompt beyond the shared prefix, in server tokens
+    output_tokens: Lengths  # forced with max_tokens and ignore_eos
+    prefix_tokens: NonNegativeInt = 0
+    prefix_groups: int = Field(1, ge=1, le=1000)
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _not_here(cls, max_tokens: int | None) -> int | None:
+        if max_tokens is not None:
+            raise ValueError("the output length is output_tokens here")
+        return max_tokens
+
+    @field_validator("prefix_groups")
+    @classmethod
+    def _groups_need_a_prefix(cls, groups: int, info: ValidationInfo) -> int:
+        if groups > 1 and not info.data.get("prefix_tokens"):
+            raise ValueError("groups of what? set prefix_tokens too")
+        return groups
+
+
 ScenarioSpec = Annotated[Union[ProtocolSpec, RadixHitSpec, DistinctIssuesSpec, LongContextSpec, MultiTurnSpec,
-                               ToolCallSpec, VisionSpec], Field(discriminator="kind")]
-KINDS = ("protocol", "radix-hit", "distinct-issues", "long-context", "multi-turn", "tool-call", "vision")
+                               ToolCallSpec, VisionSpec, DatasetSpec, SyntheticSpec], Field(discriminator="kind")]
+KINDS = ("protocol", "radix-hit", "distinct-issues", "long-context", "multi-turn", "tool-call", "vision", "dataset",
+         "synthetic")
 
 
 class RoundsLoad(_Strict):
@@ -190,7 +244,7 @@ def load_profile(path: str | Path) -> Profile:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: invalid TOML: {exc}") from None
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(data, context={"profile_dir": path.parent})
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo first
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
