@@ -50,7 +50,7 @@ def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFra
             "scenario": serverfigures.cell_scenario(c.span, own),
             "accept_length": c.accept_length, "accept_basis": c.accept_basis,
             "client_tok_per_chunk": tok_per_chunk, "divergence": relative,
-            "diverges": serverfigures.diverges(relative),
+            "diverges": serverfigures.diverges(relative, c.accept_tolerance),
             "prefix_hit_rate": c.prefix_hit_rate, "prefix_basis": c.prefix_basis,
             "running_mean": c.running_mean, "running_max": c.running_max,
             "queued_mean": c.queued_mean, "queued_max": c.queued_max,
@@ -86,7 +86,8 @@ def server_cells_section(table: pd.DataFrame) -> Section:
 
 def divergence_section(table: pd.DataFrame, stream_interval: int | None = None) -> Section:
     flagged = table[table["diverges"].astype(bool)]
-    limit = text.percent(serverfigures.DIVERGENCE_LIMIT)
+    limit = (f"{text.percent(serverfigures.DIVERGENCE_LIMIT)} (by counters; "
+             f"{text.percent(serverfigures.GAUGE_LIMIT)} by a gauge, which samples a few intervals)")
     reported = f"; the server reports stream_interval {stream_interval}" if (stream_interval or 1) > 1 else ""
     return Section(
         "server_divergence", f"DIVERGENCE: the client's tok/chunk is more than {limit} away from the "

@@ -8,8 +8,9 @@ cell's figure is the mean of the scrapes taken during the cell, and is labelled 
 
 The server's accept length (tokens per verify step, counted by the server) and the client's
 tok/chunk (stream-chunk basis) are different figures: they are put side by side, never merged.
-When they differ by more than `DIVERGENCE_LIMIT`, chunks are being merged on the way (SGLang's
-`--stream-interval` above 1, or a proxy that re-chunks the stream).
+When they differ by more than the server's figure can tell from noise (`accept_tolerance`: 10 %
+for a counter, 50 % for a gauge sampled over a few intervals), chunks are being merged on the
+way (SGLang's `--stream-interval` above 1, or a proxy that re-chunks the stream).
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ import pandas as pd
 
 from loadlib import metrics
 
-DIVERGENCE_LIMIT = 0.10
+DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
+# A gauge is a sample: each value is the mean of one logging interval (SGLang: 40 decode batches)
+# that a scrape happened to catch; 40 verify steps of prose spread about 10 % around the cell's
+# mean, and the few intervals a cell's scrapes see are not independent (answers at temperature 0
+# repeat round after round, scrapes are periodic). So a gauge is held to GAUGE_LIMIT: merging whole
+# steps at least doubles tok/chunk (stream interval 2: about +100 %), so a real merge is flagged.
+GAUGE_LIMIT = 0.5
 COUNTER, GAUGE = "counter", "gauge"
 
 
@@ -100,6 +107,7 @@ class ServerCell:
     span: CellSpan
     accept_length: float | None
     accept_basis: str | None  # COUNTER or GAUGE
+    accept_tolerance: float  # how far the client's tok/chunk may be from it (`accept_tolerance`)
     prefix_hit_rate: float | None  # hit tokens / queried tokens
     prefix_basis: str | None
     running_mean: float | None  # requests, from the scrapes taken during the cell
@@ -170,12 +178,12 @@ def cell_figures(source: str, dialect: Dialect, entries: list[dict[str, Any]]) -
         return None
     during = [e for e in entries if e["phase"] == "interval" and not e.get("error")
               and start["t"] <= e["t"] <= end["t"]]
-    accept, accept_basis = _accept_length(dialect, start, end, during)
+    accept, accept_basis, tolerance = _accept_length(dialect, start, end, during)
     hit, hit_basis = _prefix_hit_rate(dialect, start, end, during)
     running = [v for v in (_value(e, dialect.running) for e in during) if v is not None]
     queued = [v for v in (_value(e, dialect.queued) for e in during) if v is not None]
     return ServerCell(
-        source, dialect.name, _span(start, end), accept, accept_basis, hit, hit_basis, _mean(running),
+        source, dialect.name, _span(start, end), accept, accept_basis, tolerance, hit, hit_basis, _mean(running),
         max(running, default=None), _mean(queued), max(queued, default=None),
         _histogram_mean(dialect.ttft, start, end), _delta(start, end, dialect.requests),
         _delta(start, end, dialect.generated), len(during))
@@ -212,8 +220,16 @@ def divergence(server_accept_length: float | None, client_tok_per_chunk: float |
     return client_tok_per_chunk / server_accept_length - 1
 
 
-def diverges(relative: float | None) -> bool:
-    return relative is not None and abs(relative) > DIVERGENCE_LIMIT
+def diverges(relative: float | None, tolerance: float = DIVERGENCE_LIMIT) -> bool:
+    """Whether the client's tok/chunk is further from the server's accept length than the
+    server's figure allows (`ServerCell.accept_tolerance`)."""
+    return relative is not None and abs(relative) > tolerance
+
+
+def accept_tolerance(basis: str | None) -> float:
+    """The relative difference that a server accept length of this basis can tell from noise:
+    `DIVERGENCE_LIMIT` for an exact counter delta, `GAUGE_LIMIT` for a sampled gauge."""
+    return GAUGE_LIMIT if basis == GAUGE else DIVERGENCE_LIMIT
 
 
 # --- internals -----------------------------------------------------------------------------
@@ -236,17 +252,25 @@ def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[st
     return start, end
 
 
-def _accept_length(dialect: Dialect, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+def _accept_length(dialect: Dialect, start: dict, end: dict,
+                   during: list[dict]) -> tuple[float | None, str | None, float]:
+    """The cell's accept length, its basis and its tolerance (`accept_tolerance`)."""
     if dialect.accept_counters:
         accepted, drafts = (_delta(start, end, name) for name in dialect.accept_counters)
         if accepted is not None and drafts:
-            return 1 + accepted / drafts, COUNTER
+            return 1 + accepted / drafts, COUNTER, DIVERGENCE_LIMIT
     if dialect.accept_gauge:
         # Below 1: no speculative step since the server started; no data, not a figure.
-        values = _fresh_gauge(dialect.accept_gauge, start, [*during, end], floor=1.0)
+        values = _intervals(_fresh_gauge(dialect.accept_gauge, start, [*during, end], floor=1.0))
         if values:
-            return _mean(values), GAUGE
-    return None, None
+            return _mean(values), GAUGE, accept_tolerance(GAUGE)
+    return None, None, DIVERGENCE_LIMIT
+
+
+def _intervals(values: list[float]) -> list[float]:
+    """A gauge's scraped values with each logging interval once: two scrapes that see the same
+    value saw the same interval (the gauge holds until the next one completes)."""
+    return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
 def _prefix_hit_rate(dialect: Dialect, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:

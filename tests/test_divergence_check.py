@@ -1,0 +1,42 @@
+"""The accept-length check between the server's gauge and the client's tok/chunk: no false
+alarm on the simulator's four protocol scenarios (no chunk merging), a flag when SGLang's
+--stream-interval merges steps; real headless Locust against the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.formats.json import rows
+from analysis.report import run_report
+from analysis.rundir import load_run
+from loadlib import serverfigures
+from tests.conftest import FAST_SIM, run_locust
+
+# about three scrapes per single-stream cell, as the default 5 s interval gives at full time scale
+RUN = ["--headless", "--rounds", "3", "--concurrency", "2", "-u", "2", "--metrics-interval", "0.25",
+       "--loglevel", "WARNING"]
+
+
+def server_cells(run_dir):
+    tables = {section.key: rows(section.data) for section in run_report(load_run(run_dir)).sections}
+    return tables["server_cells"], tables["server_divergence"]
+
+
+def test_no_divergence_is_flagged_where_nothing_merges_chunks(tmp_path):
+    result = run_locust([*RUN, "--run-dir", str(tmp_path / "r"), "--sim-args", FAST_SIM], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cells, flagged = server_cells(tmp_path / "r")
+    assert {row["scenario"] for row in cells if row["cell"] == "single"} == {"code", "en_tech", "cn_chat", "cn_essay"}
+    assert flagged == []
+    for row in cells:
+        assert row["accept_basis"] == "gauge" and abs(row["divergence"]) <= serverfigures.GAUGE_LIMIT
+
+
+@pytest.mark.parametrize("interval", [2, 4])
+def test_merged_steps_are_still_flagged(tmp_path, interval):
+    result = run_locust([*RUN, "--scenarios", "code,cn_essay", "--run-dir", str(tmp_path / "r"),
+                         "--sim-args", f"{FAST_SIM} --stream-interval {interval}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cells, flagged = server_cells(tmp_path / "r")
+    assert len(flagged) == len(cells) > 0
+    assert all(row["divergence"] > 0.7 * (interval - 1) for row in flagged)  # about `interval` steps a chunk
