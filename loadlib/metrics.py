@@ -50,6 +50,7 @@ CACHE_NAMES = {COLD: "cold", HIT: "hit", UNKNOWN: "unknown"}
 THINKING_MODES = ("server", "on", "off")
 THINKING_WORDS: dict[Any, str] = {True: "on", False: "off", None: "server", **{w: w for w in THINKING_MODES}}
 _TEXT_TYPES = frozenset((str, type(None)))
+TEXT_DTYPE = pd.Series(["text"]).dtype  # pandas 3: its string dtype; pandas 2: object
 
 
 # --- per request -------------------------------------------------------------------------------
@@ -143,8 +144,9 @@ def record_columns(batches: Iterable[list[Any]]) -> dict[str, np.ndarray]:
 def frame_from_columns(columns: Mapping[str, Any]) -> pd.DataFrame:
     """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals)."""
     df = pd.DataFrame(dict(columns))
-    untyped = [col for col in df.columns if df[col].dtype == object]  # text columns with no text at all
-    df[untyped] = df[untyped].astype("str")
+    if TEXT_DTYPE != object:  # pandas 3 infers its string dtype, except for text columns with no text at all
+        untyped = [col for col in df.columns if df[col].dtype == object]
+        df[untyped] = df[untyped].astype(TEXT_DTYPE)
     if not df["measured"].all():
         df = df[df["measured"]].reset_index(drop=True)
     ok = df["ok"] = df["error"].isna()
