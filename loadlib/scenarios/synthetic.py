@@ -96,7 +96,7 @@ class Synthetic(Scenario):
         self._rng = random.Random(seed)
         self._run = uuid.uuid4().hex[:8]  # a server's prefix cache outlives a run
         self._prefix_chars: int | None = None  # fixed at the first request, so a group's prefix never changes
-        self._groups_seen: set[int] = set()
+        self._served_heads: set[str] = set()  # groups whose prefix a finished request has brought to the cache
         self._learnt = 0
 
     def next(self, stream: int) -> Job:
@@ -105,10 +105,9 @@ class Synthetic(Scenario):
         max_tokens = self.output_tokens.draw(rng)
         group = rng.randrange(self.prefix_groups)
         if self._prefix_chars is None:
-            self._prefix_chars = calibration.chars_for((calibration.frame_tokens or 0) + self.prefix_tokens
-                                                       ) if self.prefix_tokens else 0
-        cache = WARM if self.prefix_tokens and group in self._groups_seen else ANY
-        self._groups_seen.add(group)
+            frame = calibration.frame_tokens or 0
+            self._prefix_chars = calibration.chars_for(frame + self.prefix_tokens) if self.prefix_tokens else 0
+        cache = WARM if self._head(group) in self._served_heads else ANY
         unique_chars = max(0, calibration.chars_for(target) - self._prefix_chars)
         return self._job(self.name, self._messages(group, self._prefix_chars, unique_chars), cache=cache,
                          max_tokens=max_tokens, ignore_eos=True)
@@ -125,7 +124,12 @@ class Synthetic(Scenario):
             calibration.learn(calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))
 
     def observe(self, job: Job, record: dict[str, Any]) -> None:
-        if job.scenario == self.name and self._learnt < LEARN_PROMPTS and record.get("prompt_tokens"):
+        """A served request's group is warm from now on; the first answers refine the sizing."""
+        if job.scenario != self.name or not record.get("prompt_tokens"):
+            return
+        if self.prefix_tokens:
+            self._served_heads.add(job.messages[0]["content"][:len(self._head(0))])
+        if self._learnt < LEARN_PROMPTS:
             self.calibration.learn(self.calibration.frame_tokens, self._filler_chars(job), record["prompt_tokens"])
             self._learnt += 1
 
@@ -138,6 +142,10 @@ class Synthetic(Scenario):
         stretch's; every part but the filler has a fixed length, so the filler's length is known
         from the content's."""
         filler = self.filler.take(prefix_chars + unique_chars)
-        head = f"Context {self._run}-{group:03d}\n{filler[:prefix_chars]}" if self.prefix_tokens else ""
+        head = f"{self._head(group)}{filler[:prefix_chars]}" if self.prefix_tokens else ""
         content = f"{head}\n[{uuid.uuid4().hex}]\n{filler[prefix_chars:]}{ASK}"
         return [{"role": "user", "content": content}]
+
+    def _head(self, group: int) -> str:
+        """What starts a group's prefix (one width for every group)."""
+        return f"Context {self._run}-{group:03d}\n"
