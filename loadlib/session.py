@@ -21,6 +21,7 @@ import collections
 import logging
 import os
 import shlex
+import signal
 import sys
 import time
 import weakref
@@ -35,7 +36,7 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
-from loadlib import options, servertruth, webui
+from loadlib import llmstats, metrics, options, servertruth, webui
 from loadlib.cache import flush_prefix_cache
 from loadlib.client import ChatSettings, chat_body, discover_model
 from loadlib.http1 import Endpoint
@@ -113,6 +114,7 @@ class RunSession:
         runner = environment.runner
         self.workers = WorkerDispatch(runner, self.on_lost) if isinstance(runner, MasterRunner) else None
         self.summarized = True
+        self.summary_text = ""
         self._runs = 0
         self._profile_file = ""  # the --profile the run was checked with at start-up
 
@@ -221,11 +223,14 @@ class RunSession:
         if self.workers is not None:
             self.workers.stop()
             self._wait_for_final_batches()
-        from analysis import render_summary
+        from analysis.formats import console
+        from analysis.run_summary import summary_document
 
         self.master_watch.stop()
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self.manifest["finished"] = self.conductor is not None and self.conductor.finished.is_set()
+        # a locustfile's own users have no plan to finish: Locust's -t or Stop is their end
+        self.manifest["finished"] = self.mode == CUSTOM_MODE or (self.conductor is not None
+                                                                 and self.conductor.finished.is_set())
         if self.cut_short:
             self.manifest["cut_short"] = self.cut_short
         self.manifest["client_watch"] = self.selfwatch_snapshots()
@@ -234,11 +239,20 @@ class RunSession:
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
         if self.journal is not None:
             self.journal.close()
-        text = render_summary(read_records(self.run_dir), self.manifest, self.run_dir)  # the journal, not memory
+        frame = metrics.records_frame(read_records(self.run_dir))  # the journal, not memory
+        text = console.render(summary_document(frame, self.manifest, self.run_dir))
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
+        self.summary_text = text
+        if self.opts.csv_prefix:
+            llmstats.write_csv(llmstats.per_name_table(frame), self.opts.csv_prefix)
         print(text, flush=True)
         print(f"Run files: {self.run_dir}  (recompute with: python -m analysis report {self.run_dir})",
               flush=True)
+
+    def add_to_html_report(self) -> None:
+        """Locust has written its `--html` report: the run's summary goes in it too."""
+        if self.opts.html_file and self.summary_text and self.run_dir is not None:
+            llmstats.add_to_html_report(self.opts.html_file, self.summary_text, self.run_dir)
 
     def _wait_for_final_batches(self) -> None:
         """Workers send their last records when they stop: wait (bounded) until every worker
@@ -398,9 +412,19 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         attach(environment, ProcessRun(environment, settings, LocalSink(session.on_record), watch))
         environment.events.test_start.add_listener(lambda **_: watch.start())
         environment.events.test_stop.add_listener(lambda **_: watch.stop())
+    if opts.headless and environment.shape_class is not None:
+        _sigterm_like_ctrl_c()
     environment.events.test_start.add_listener(lambda **_: session.begin())
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: session.stop_target())
+    environment.events.quit.add_listener(lambda **_: session.add_to_html_report())
+
+
+def _sigterm_like_ctrl_c() -> None:
+    """SIGTERM ends a headless shape run as Ctrl-C does (summary written, simulator stopped):
+    Locust installs its own SIGTERM handler only after a headless shape test has ended."""
+    main = gevent.getcurrent()
+    gevent.signal_handler(signal.SIGTERM, lambda: gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt))
 
 
 def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun) -> None:

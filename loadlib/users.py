@@ -157,14 +157,18 @@ def fire_request_event(environment: Environment, record: RequestRecord, name: st
         context=context, url=None, response=None, start_time=record.sent_at)
 
 
-def stats_name(tag: RequestTag) -> str:
-    """The stats row of a built-in load mode's request: the scenario for single-stream cells,
-    the cell for concurrency cells, "cell: scenario" for a free-running mix."""
-    if tag.case in metrics.CONCURRENT_CASES:
-        return tag.cell
-    if tag.case == metrics.SINGLE_CASE:
-        return tag.scenario
-    return f"{tag.cell}: {tag.scenario}"
+def stats_name(case: str, cell: str, scenario: str) -> str:
+    """A request's row in Locust's stats: the scenario for single-stream cells and a locustfile's
+    own requests, the cell for concurrency cells, "cell: scenario" for a free-running mix."""
+    if case in metrics.CONCURRENT_CASES:
+        return cell
+    if case in (metrics.SINGLE_CASE, CUSTOM_CASE):
+        return scenario
+    return f"{cell}: {scenario}"
+
+
+def _row_name(tag: RequestTag) -> str:
+    return stats_name(tag.case, tag.cell, tag.scenario)
 
 
 # --- the rounds protocol -----------------------------------------------------------------------
@@ -182,7 +186,7 @@ class RoundsUser(LLMUser):
         if delay > 0:
             gevent.sleep(delay)
         job = Job(assignment.tag.scenario, [], cache=assignment.cache_intended, turn=assignment.turn)
-        self.send(assignment.body, assignment.tag, stats_name(assignment.tag), request_id=assignment.request_id,
+        self.send(assignment.body, assignment.tag, _row_name(assignment.tag), request_id=assignment.request_id,
                   scheduled_at=assignment.start_at, job=job, measured=assignment.measured, urgent=True)
 
 
@@ -235,7 +239,7 @@ class ScenarioUser(LLMUser):
             record = self.send(self.body_of(job), tag, job.scenario, job=job)
         else:
             tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=self.stream)
-            record = self.send(self.body_of(job), tag, stats_name(tag), job=job, measured=cell.name != WARMUP)
+            record = self.send(self.body_of(job), tag, _row_name(tag), job=job, measured=cell.name != WARMUP)
         self.scenario.observe(job, record.to_dict())
         if record.error and cell is not None:
             gevent.sleep(ERROR_PAUSE_S)  # a failing server is not hammered in a tight loop
@@ -335,7 +339,7 @@ class ArrivalUser(LLMUser):
         job = arrival.scenario.next(arrival.stream)
         tag = RequestTag(job.scenario, arrival.cell.name, arrival.cell.concurrency, arrival.cell.case,
                          slot=arrival.stream)
-        record = self.send(self.body_of(job), tag, stats_name(tag),
+        record = self.send(self.body_of(job), tag, _row_name(tag),
                            scheduled_at=arrival.at, job=job, measured=arrival.cell.name != WARMUP)
         arrival.scenario.observe(job, record.to_dict())
 
