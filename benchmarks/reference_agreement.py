@@ -52,6 +52,7 @@ def run_tool(url: str, rounds: int, max_tokens: int, work: Path) -> dict:
     subprocess.run([sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "dflash.py"),
                     "--headless", "-u", "2", "--concurrency", "2", "--host", url, "--model", "sim",
                     "--rounds", str(rounds), "--max-tokens", str(max_tokens), "--run-dir", str(run_dir),
+                    "--thinking", "server",  # the script's payload: no chat_template_kwargs
                     "--loglevel", "WARNING", "--only-summary"],
                    capture_output=True, text=True, check=True, timeout=3600, cwd=work)
     summary = protocol_summary(read_records(run_dir))

@@ -99,7 +99,7 @@ class ChatClient:
             concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
             worker=tag.worker, user=tag.user, sent_at=0.0,
             max_tokens=body.get("max_tokens"),
-            thinking=bool((body.get("chat_template_kwargs") or {}).get("enable_thinking")),
+            thinking=(body.get("chat_template_kwargs") or {}).get("enable_thinking"),
         )
         record.sent_at = time.time()  # replaced by the send time when the request went out
         self.live.stream_started()

@@ -50,7 +50,7 @@ class RequestRecord:
     error: str | None = None  # failure reason; None means the request itself succeeded
     output_sha: str | None = None  # sha256 (16 hex) of the concatenated output text
     max_tokens: int | None = None
-    thinking: bool = False
+    thinking: bool | None = False  # chat_template_kwargs.enable_thinking as sent; None: not sent
     cache_intended: str = "any"  # "cold" (flushed, unique) | "warm" (primed, shared) | "any"
     cache_observed: str | None = None  # "cold" | "warm" from cached_tokens; None: not reported
     queue_s: float | None = None  # client-side wait: send time minus the scheduled start

@@ -153,7 +153,7 @@ class ServerWatch:
             own = serverfigures.cell_records(records, server.span)
             client = serverfigures.client_tok_per_chunk(own)
             relative = serverfigures.divergence(server.accept_length, client)
-            if serverfigures.diverges(relative):
+            if serverfigures.diverges(relative, server.accept_tolerance):
                 label = f"{tag['cell']} {serverfigures.cell_scenario(server.span, own)}".strip()
                 log.warning("%s: %s accept length %.2f (%s) but client tok/chunk %.2f (%+.0f%%): "
                             "chunks are merged on the way (--stream-interval above 1, or a proxy)",

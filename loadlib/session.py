@@ -335,6 +335,15 @@ class RunSession:
             snaps.append({**self.master_watch.snapshot(), "role": "master"})
         return snaps
 
+    def edit_streams(self, users: int, spawn_rate: float | None) -> None:
+        """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
+        self.users_override = users
+        if spawn_rate is not None:
+            self.opts.spawn_rate = spawn_rate
+            _SPAWN_RATE_GIVEN[self.environment] = True
+        self.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
+        log.info("Edit: the closed loop now runs %d streams", users)
+
     def users_wanted(self) -> int:
         """What the load mode wants spawned now; before it starts, what its first cell will want."""
         if self.users_override is not None:

@@ -13,7 +13,6 @@ worker's records. The report is the end-of-run summary's own `analysis.render_su
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
@@ -25,13 +24,11 @@ from typing import Any, Callable
 
 import pandas as pd
 from flask import Blueprint, Response, jsonify, request
-from locust import argument_parser
 from locust.env import Environment
-from werkzeug.datastructures import ImmutableMultiDict
 
 from analysis import render_summary, text
-from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables
-from loadlib import metrics
+from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, thinking_phrase
+from loadlib import metrics, webform
 from loadlib.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -39,7 +36,7 @@ log = logging.getLogger(__name__)
 TAB_KEY = "uni-bench"
 COLUMNS = [  # (row key, column title) of the tab's table and the page's
     ("cell", "Cell"), ("status", "Status"), ("ttft", "TTFT s, p50 / p90"), ("decode", "Decode t/s per stream"),
-    ("tok_per_chunk", "Tok/chunk"), ("aggregate", "Aggregate t/s (overlap)"), ("cache", "Prefix cache"),
+    ("tok_per_chunk", "Tok/chunk"), ("aggregate", "Aggregate t/s (overlap vs per-stream)"), ("cache", "Prefix cache"),
     ("done", "Done"), ("failures", "Failures"),
 ]
 PAGE = "live.html"
@@ -82,8 +79,7 @@ def install(environment: Environment, session: Any) -> None:
     routes.add_url_rule("/records.csv", "records", guard(lambda: _csv_response(figures.records())))
     routes.add_url_rule("/report", "report", guard(lambda: Response(figures.report(), mimetype="text/plain")))
     web_ui.app.register_blueprint(routes)
-    app_views = web_ui.app.view_functions
-    app_views["locust.swarm"] = _checked_start_form(environment, app_views["locust.swarm"])
+    webform.install(environment, session)
 
 
 # --- figures ---------------------------------------------------------------------------------------
@@ -213,7 +209,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
             cell = _row(concurrent, slot.cell)
             return _formatted(_row(tables.ttft, slot.cell), failures, _rounds_done(_get(cell, "n"), own, slot.rounds),
                               decode=_get(cell, "stream_decode_tps"), aggregate=_get(cell, "aggregate_tps"),
-                              overlap=_get(cell, "overlap"), cache=_cached_share(_get(cell, "cached_share")))
+                              overlap=_get(cell, "overlap_vs_stream_decode"), cache=_cached_share(_get(cell, "cached_share")))
         done = f"{len(own)} requests" if len(own) else text.MISSING
         return _formatted(_row(steady_ttft, slot.cell), failures, done,
                           aggregate=_get(_row(steady, slot.cell), "decode_tps"),
@@ -334,14 +330,13 @@ def _settings_text(environment: Environment, session: Any, plan: list[Any], fram
     """
     opts = environment.parsed_options
     max_tokens = sorted(frame["max_tokens"].dropna().astype(int).unique()) or [opts.max_tokens]
-    thinking = set(frame["thinking"].astype(bool)) or {bool(opts.thinking)}
     rounds = sorted({cell.rounds for cell in plan if cell.rounds}) or [opts.rounds]
     mode = session.mode
     parts = [f"Model {(session.manifest or {}).get('model') or opts.model or '(first of /v1/models)'}",
              "max tokens " + "/".join(map(str, max_tokens)),
              "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == "rounds"
              else f"{mode} load",
-             "thinking " + ("on and off" if len(thinking) > 1 else "ON" if True in thinking else "off")]
+             "thinking " + thinking_phrase(frame["thinking"] if not frame.empty else [opts.thinking])]
     if opts.profile:
         parts.append(f"profile {opts.profile}")
     return " · ".join(parts)
@@ -368,47 +363,3 @@ def _csv_response(records: list[dict[str, Any]]) -> Response:
     writer.writerows(records)
     return Response(out.getvalue(), mimetype="text/csv",
                     headers={"Content-Disposition": "attachment; filename=uni-bench-records.csv"})
-
-
-def _checked_start_form(environment: Environment, locust_view: Callable[[], Any]) -> Callable[[], Any]:
-    """Locust's start handler with this tool's options parsed by their own argparse types.
-
-    Locust casts custom form values by the type of the current value, which skips our checks
-    (`--rounds 0`) and splits lists without stripping; here each of our values goes through the
-    same type function as on the command line, a bad one is refused with the command line's
-    one-line message, and Locust's handler sees only its own fields.
-    """
-    types = _web_ui_option_types()
-
-    def swarm() -> Any:
-        ours = {}
-        for name in types.keys() & request.form.keys():
-            try:
-                ours[name] = types[name](request.form[name])
-            except (argparse.ArgumentTypeError, ValueError) as exc:
-                message = f"--{name.replace('_', '-')}: {exc}"
-                return jsonify({"success": False, "message": message, "host": environment.host})
-        request.form = ImmutableMultiDict([(k, v) for k, v in request.form.items(multi=True) if k not in ours])
-        vars(environment.parsed_options).update(ours)
-        return locust_view()
-    return swarm
-
-
-def _web_ui_option_types() -> dict[str, Callable[[str], Any]]:
-    """dest -> parser for the options that the locustfile added to the web UI's form."""
-    parser = argument_parser.get_parser()
-    locust_own = argument_parser.default_args_dict()
-    return {action.dest: _form_value_parser(action) for action in parser._actions  # no public list
-            if action.dest in parser.args_included_in_web_ui and action.dest not in locust_own}
-
-
-def _form_value_parser(action: argparse.Action) -> Callable[[str], Any]:
-    """The command line's parsing of one option, for its form field.
-
-    A flag is a checkbox, sent as "true"/"false"; an empty field of an option that is unset by
-    default (an empty default) stays unset, as when the option is left off the command line.
-    """
-    if action.type is None and isinstance(action.default, bool):
-        return lambda value: value == "true"
-    parse = action.type or str
-    return lambda value: action.default if value == "" and action.default in ("", None) else parse(value)

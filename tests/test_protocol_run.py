@@ -106,7 +106,7 @@ def test_manifest_describes_the_run(protocol_run):
     assert manifest["target"]["builtin_simulator"] is True
     assert manifest["protocol"]["rounds"] == 2 and manifest["protocol"]["max_tokens"] == 512
     assert manifest["protocol"]["concurrency"] == [2, 4]
-    assert manifest["protocol"]["thinking"] is False
+    assert manifest["protocol"]["thinking"] == "off"
 
 
 def test_two_processes_produce_one_complete_run(tmp_path):

@@ -98,7 +98,7 @@ def expected_rows(run_dir: Path) -> dict[str, dict[str, str]]:
         label = {"same": "same prompt (radix hit)", "different": "different prompts"}[row.case]
         ttft = ttft_cells.loc[f"c{row.concurrency}-{row.case}"]
         rows[f"{row.concurrency} streams · {label}"] = {
-            "aggregate": f"{text.num(row.aggregate_tps)} ({text.ratio(row.overlap)})",
+            "aggregate": f"{text.num(row.aggregate_tps)} ({text.ratio(row.overlap_vs_stream_decode)})",
             "decode": text.num(row.stream_decode_tps),
             "cache": f"{row.cached_share:.0%} cached",
             "ttft": f"{text.num(ttft['p50'], 3)} / {text.num(ttft['p90'], 3)}"}

@@ -1,0 +1,152 @@
+"""The web UI's start and Edit forms, checked the way the command line is.
+
+Locust's `/swarm` handler is wrapped (its view function replaced by one that calls it):
+- this tool's options go through the same argparse type functions as on the command line, and a
+  bad value is one line on the form ("--rounds: must be at least 1, got 0");
+- a Host that is not `http(s)://HOST[:PORT]` is refused on the form, never a traceback in the log
+  and a UI stuck in SPAWNING;
+- with a profile, the form shows the profile's settings, and a different value for one of them is
+  refused rather than silently replacing the profile's;
+- Edit during a run changes the streams of a closed-loop run (the load shape picks the new count
+  up at its next tick); in the rounds, ladder and open modes the plan fixes the streams, and the
+  form says so at once. A locustfile's own users are Locust's to edit, as always.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from typing import Any, Callable
+
+from flask import jsonify, request
+from locust import argument_parser
+from locust.env import Environment
+from locust.runners import STATE_RUNNING, STATE_SPAWNING
+from werkzeug.datastructures import ImmutableMultiDict
+
+from loadlib import options
+from loadlib.http1 import Endpoint
+from loadlib.profiles import ProfileError
+
+
+def install(environment: Environment, session: Any) -> None:
+    web_ui = environment.web_ui
+    views = web_ui.app.view_functions
+    views["locust.swarm"] = _checked_swarm(environment, session, views["locust.swarm"])
+    original = web_ui.update_template_args
+
+    def update_template_args() -> None:
+        original()
+        _show_current_settings(web_ui.template_args.get("extra_options", {}), environment.parsed_options)
+
+    web_ui.update_template_args = update_template_args
+    update_template_args()
+
+
+def _show_current_settings(extra_options: dict[str, dict[str, Any]], opts: Any) -> None:
+    """The form's fields show the settings the run will use (a profile's, once it is loaded),
+    not the command line's defaults."""
+    for name in options.PROFILE_SETTINGS:
+        if name in extra_options:
+            extra_options[name]["default_value"] = _form_text(getattr(opts, name))
+
+
+def _form_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _checked_swarm(environment: Environment, session: Any, locust_view: Callable[[], Any]) -> Callable[[], Any]:
+    types = _web_ui_option_types()
+
+    def refuse(message: str) -> Any:
+        return jsonify({"success": False, "message": message, "host": environment.host})
+
+    def swarm() -> Any:
+        if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING) and session.plays_load_modes:
+            return _edit(session, refuse)
+        ours = {}
+        for name in types.keys() & request.form.keys():
+            try:
+                ours[name] = types[name](request.form[name])
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                return refuse(f"--{name.replace('_', '-')}: {exc}")
+        if "host" in request.form:
+            try:
+                Endpoint.parse(request.form["host"].strip())
+            except ValueError as exc:
+                return refuse(f"Host: {exc}")
+        if session.plays_load_modes:
+            conflict = _profile_conflict(environment.parsed_options, ours, request.form.get("profile"))
+            if conflict:
+                return refuse(conflict)
+        request.form = ImmutableMultiDict([(k, v.strip() if k == "host" else v)
+                                           for k, v in request.form.items(multi=True) if k not in ours])
+        vars(environment.parsed_options).update(ours)
+        return locust_view()
+    return swarm
+
+
+def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
+    """Edit during a run of a load mode: a closed run's streams change; elsewhere, why not."""
+    mode = session.mode
+    if mode != "closed":
+        return refuse(f"Edit cannot change the streams of a {mode} run: its plan fixes them "
+                      f"({_why_fixed(mode)}). Stop it and start a new test instead.")
+    try:
+        users = int(request.form.get("user_count", ""))
+    except ValueError:
+        return refuse(f"Number of users: expected a whole number, got {request.form.get('user_count')!r}")
+    if users < 1:
+        return refuse(f"Number of users: must be at least 1, got {users}")
+    session.edit_streams(users, float(request.form["spawn_rate"]) if request.form.get("spawn_rate") else None)
+    return jsonify({"success": True, "message": f"Closed loop now runs {users} streams", "host": session.environment.host})
+
+
+def _why_fixed(mode: str) -> str:
+    return {"rounds": "each cell starts its N streams together, round after round",
+            "ladder": "the ladder steps its own levels; set `levels` in the profile",
+            "open": "arrivals follow the profile's rate, not a number of streams"}.get(mode, mode)
+
+
+def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | None) -> str | None:
+    """Why the form's settings cannot run as given with the profile it names, or None."""
+    from loadlib.session import run_profile
+
+    profile_file = opts.profile if form_profile is None else form_profile.strip()
+    if not profile_file:
+        return None
+    probe = copy.copy(opts)
+    probe.profile = profile_file
+    try:
+        run_profile(probe)  # the profile's settings, as the run would take them
+    except ProfileError as exc:
+        return str(exc)
+    for name in options.PROFILE_SETTINGS:
+        if name in submitted and submitted[name] != getattr(probe, name):
+            return (f"--{name.replace('_', '-')}: the profile {profile_file} sets it to "
+                    f"{_form_text(getattr(probe, name))}; change it in the profile, not in the form")
+    return None
+
+
+def _web_ui_option_types() -> dict[str, Callable[[str], Any]]:
+    """dest -> parser for the options that the locustfile added to the web UI's form."""
+    parser = argument_parser.get_parser()
+    locust_own = argument_parser.default_args_dict()
+    return {action.dest: _form_value_parser(action) for action in parser._actions  # no public list
+            if action.dest in parser.args_included_in_web_ui and action.dest not in locust_own}
+
+
+def _form_value_parser(action: argparse.Action) -> Callable[[str], Any]:
+    """The command line's parsing of one option, for its form field.
+
+    A flag is a checkbox, sent as "true"/"false"; an empty field of an option that is unset by
+    default (an empty default) stays unset, as when the option is left off the command line.
+    """
+    if action.type is None and isinstance(action.default, bool):
+        return lambda value: value == "true"
+    parse = action.type or str
+    return lambda value: action.default if value == "" and action.default in ("", None) else parse(value)
