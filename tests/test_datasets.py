@@ -52,7 +52,8 @@ def test_openai_requests_keep_their_body_keys_but_not_the_runs(tmp_path):
     scenario = DatasetRequests(dataset)
     first, second = scenario.next(0), scenario.next(1)
     assert first.messages == [{"role": "user", "content": "a"}]
-    assert first.params == {"max_tokens": 20, "temperature": 0.7, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    assert first.params == {"max_tokens": 20, "temperature": 0.7,
+                            "tools": [{"type": "function", "function": {"name": "f"}}]}
     assert second.params == {"max_tokens": 5} and len(second.messages) == 2 and second.turn is None
 
 
@@ -144,10 +145,14 @@ def test_reply_lengths_are_estimated_in_server_tokens_from_the_prompts_usage():
     ("r.jsonl", '{"prompt": "a"}\n', "r.jsonl line 1: expected an object with `messages` (OpenAI) or `conversations`"),
     ("s.json", '[{"conversations": [{"from": "human", "value": "a"}]},\n {"conversations": 3}]',
      "s.json item 2: `conversations` must be a list"),
-    ("s.json", '[{"conversations": [{"from": "robot", "value": "a"}]}]', "s.json item 1: turn 1: unknown speaker 'robot'"),
-    ("s.json", '[{"conversations": [{"from": "human"}]}]', "s.json item 1: turn 1 needs `from` and a `value` string"),
-    ("s.json", '[{"conversations": [{"from": "human", "value": "a"}]},\n {"conversations": ]', "s.json line 2: not JSON"),
-    ("m.jsonl", '{"messages": [{"role": "user", "content": "a"}]}\n{"conversations": [{"from": "human", "value": "b"}]}\n',
+    ("s.json", '[{"conversations": [{"from": "robot", "value": "a"}]}]',
+     "s.json item 1: turn 1: unknown speaker 'robot'"),
+    ("s.json", '[{"conversations": [{"from": "human"}]}]',
+     "s.json item 1: turn 1 needs `from` and a `value` string"),
+    ("s.json", '[{"conversations": [{"from": "human", "value": "a"}]},\n {"conversations": ]',
+     "s.json line 2: not JSON"),
+    ("m.jsonl",
+     '{"messages": [{"role": "user", "content": "a"}]}\n{"conversations": [{"from": "human", "value": "b"}]}\n',
      "m.jsonl line 2: OpenAI requests and ShareGPT conversations mixed"),
     ("e.txt", "\n  \n", "e.txt: no prompts in it"),
 ])
@@ -170,7 +175,8 @@ def test_the_path_is_relative_to_the_profile_and_reply_length_needs_replies(tmp_
 
 @pytest.mark.parametrize("data, needle", [
     (None, "data.jsonl: cannot read: No such file or directory"),
-    ('{"messages": [{"role": "user", "content": "a"}]}\n{"messages": [{"role": "user"\n', "data.jsonl line 2: not JSON"),
+    ('{"messages": [{"role": "user", "content": "a"}]}\n{"messages": [{"role": "user"\n',
+     "data.jsonl line 2: not JSON"),
 ])
 def test_a_bad_dataset_stops_the_run_with_one_line_and_exit_code_2(tmp_path, data, needle):
     if data is not None:

@@ -76,7 +76,8 @@ def test_a_bad_distribution_names_the_key(tmp_path, table, message):
 def test_a_bad_distribution_stops_the_run_with_one_line_and_exit_code_2(tmp_path):
     profile = tmp_path / "p.toml"
     profile.write_text('[load]\nmode = "closed"\nduration_s = 5\n[scenarios.synthetic]\n'
-                       'input_tokens = { dist = "normal", mean = 500 }\noutput_tokens = { dist = "fixed", value = 8 }\n',
+                       'input_tokens = { dist = "normal", mean = 500 }\n'
+                       'output_tokens = { dist = "fixed", value = 8 }\n',
                        encoding="utf-8")
     result = run_locust(["--headless", "-u", "1", "--profile", str(profile)], cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
