@@ -8,8 +8,8 @@ and vLLM honour it; a server that does not may stop earlier, which `completion_t
 A shared prefix (`prefix_tokens`, spread over `prefix_groups`) models a common system prompt or
 document: each request starts with its group's prefix, which the prefix cache can hold, then a
 fresh nonce, so nothing after the prefix is shared. A request's prompt is its group's prefix
-plus the input draw, which includes the chat template's framing and the nonce line (about 20
-tokens: shorter draws come out at that size).
+plus the input draw, which includes the fixed part (the nonce line, a short ask and the chat
+template: 44 tokens on the simulator; shorter draws come out at that size).
 """
 
 from __future__ import annotations
