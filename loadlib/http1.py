@@ -458,7 +458,9 @@ class _LengthBody(_Body):
 
 
 class _ChunkedBody(_Body):
-    """Transfer-Encoding: chunked, decoded incrementally by offsets (no copy for whole chunks)."""
+    """Transfer-Encoding: chunked, decoded incrementally by offsets. The payload of one read
+    goes to the reader in one piece (no copy when it is one chunk), so a read that carries
+    several events costs one reader call, not one per chunk."""
 
     def __init__(self, reader: BodyReader) -> None:
         super().__init__(reader)
@@ -471,11 +473,19 @@ class _ChunkedBody(_Body):
         if self.carry:
             data = self.carry + data
             self.carry = b""
+        parts: list[bytes] = []
+        try:
+            self._decode(data, parts)
+        finally:  # what came before bad framing is still the response's
+            if parts:
+                self.reader.feed(parts[0] if len(parts) == 1 else b"".join(parts), t)
+
+    def _decode(self, data: bytes, parts: list[bytes]) -> None:
         pos, end = 0, len(data)
         while pos < end:
             if self.left:
                 take = min(self.left, end - pos)
-                self.reader.feed(data if take == end else data[pos:pos + take], t)
+                parts.append(data if take == end else data[pos:pos + take])
                 self.left -= take
                 pos += take
                 if not self.left:
@@ -499,14 +509,29 @@ class _ChunkedBody(_Body):
                     self.finished = True
                     return
                 continue
-            try:
-                size = int(line.split(b";", 1)[0], 16)
-            except ValueError:
-                raise TransportError("bad chunked framing") from None
+            size = _chunk_size(line)
+            stop = pos + size
             if size == 0:
                 self.trailer = True
+            elif stop + 2 <= end:  # the whole chunk and its CRLF are here (the usual case)
+                parts.append(data[pos:stop])
+                pos = stop + 2
             else:
                 self.left = size
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk's size from its size line (hex, optionally `;extensions`)."""
+    try:
+        size = int(line, 16)
+    except ValueError:
+        try:
+            size = int(line.split(b";", 1)[0], 16)
+        except ValueError:
+            raise TransportError("bad chunked framing") from None
+    if size < 0:
+        raise TransportError("bad chunked framing")
+    return size
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

@@ -94,42 +94,14 @@ class StreamReader:
     # --- reading ------------------------------------------------------------------------------
 
     def feed(self, data: bytes, t: float) -> None:
-        """Reads one received piece of the body (split anywhere), arrived at `t`."""
+        """Reads one received piece of the body (split anywhere), arrived at `t`: its complete
+        lines now, an incomplete last line once the rest of it comes."""
         self.end_at = t
         if self._head_room:
             self.head += data[:self._head_room]
             self._head_room = HEAD_BYTES + 1 - len(self.head)
         if self._partial is not None:
-            data = self._complete_line(data, t)
-        self._read_lines(data, t)
-
-    def _complete_line(self, data: bytes, t: float) -> bytes:
-        """Adds `data` to the pending incomplete line, reads the line once its end has come,
-        and returns what follows it. A long line split into many pieces costs its length (the
-        pending line is a bytearray), not its length squared."""
-        eol = data.find(b"\n")
-        if eol < 0:
-            if not self._skipping:
-                self._partial += data
-                if len(self._partial) > MAX_LINE_BYTES:
-                    self._drop_line()
-            return b""
-        line = None if self._skipping else self._partial + data[:eol + 1]
-        self._partial, self._skipping = None, False
-        if line is not None:
-            if len(line) > MAX_LINE_BYTES + 1:
-                self._fail("SSE line over 1 MiB")
-            else:
-                self._read_lines(bytes(line), t)
-        return data[eol + 1:]
-
-    def _drop_line(self) -> None:
-        self._fail("SSE line over 1 MiB")
-        self._partial = bytearray()
-        self._skipping = True
-
-    def _read_lines(self, data: bytes, t: float) -> None:
-        """Reads the complete lines of `data`; keeps an incomplete last line for the next piece."""
+            data = self._after_partial(data)
         pos, size = 0, len(data)
         find, startswith = data.find, data.startswith
         while pos < size:
@@ -148,10 +120,33 @@ class StreamReader:
                 self._event(data[pos + 5:eol], t)
             elif startswith(b"error:", pos):
                 self._fail(_error_reason(data[pos + 6:eol].strip()))
-            pos = eol + 1  # blank lines, `:` comments, `event:`, `id:`, `retry:`: nothing to measure
+            pos = eol + 1  # `:` comments, `event:`, `id:`, `retry:`: nothing to measure
+
+    def _after_partial(self, data: bytes) -> bytes:
+        """`data` with the pending incomplete line in front once that line's end has come,
+        else b"" (the line grows in a bytearray, so a long line split into many pieces costs
+        its length, not its length squared)."""
+        eol = data.find(b"\n")
+        if eol < 0:
+            if not self._skipping:
+                self._partial += data
+                if len(self._partial) > MAX_LINE_BYTES:
+                    self._drop_line()
+            return b""
+        pending, self._partial = self._partial, None
+        if self._skipping:
+            self._skipping = False
+            return data[eol + 1:]
+        return bytes(pending) + data
+
+    def _drop_line(self) -> None:
+        self._fail("SSE line over 1 MiB")
+        self._partial = bytearray()
+        self._skipping = True
 
     def _event(self, payload: bytes, t: float) -> None:
-        """One `data:` payload (with its leading space and trailing CR, both JSON whitespace)."""
+        """One `data:` payload (with its leading space and trailing CR, both JSON whitespace).
+        The per-chunk path is kept in this one function on purpose: it runs for every chunk."""
         if self.ended:
             return
         self.events += 1
@@ -173,7 +168,44 @@ class StreamReader:
                 self._fail("malformed event: choices is not a list")
                 return
             for choice in choices:
-                self._choice(choice, choices, t)
+                if type(choice) is not dict:
+                    index = next(i for i, c in enumerate(choices) if c is choice)
+                    self._fail(f"malformed event: choices[{index}] is not an object")
+                    continue
+                delta = choice.get("delta")
+                if delta:
+                    if type(delta) is not dict:
+                        self._fail("malformed event: delta is not an object")
+                        continue
+                    produced = False  # output in this delta: text, reasoning, tool calls
+                    for key in _TEXT_KEYS:
+                        text = delta.get(key)
+                        if text:
+                            if type(text) is not str:
+                                self._fail(f"malformed event: delta.{key} is not a string")
+                                break
+                            self._hasher.update(text.encode("utf-8", "surrogatepass"))
+                            self.output_chars += len(text)
+                            produced = True
+                    calls = delta.get("tool_calls")
+                    if calls and self._tool_calls(calls):
+                        produced = True
+                    if produced:  # an output chunk; the first one times TTFT
+                        self.chunks += 1
+                        self.last_token_at = t
+                        self._live.chunks += 1
+                        if self.first_token_at is None:
+                            self.first_token_at = t
+                            self.first_read_events = 1
+                            self._live.first_token(t - self.sent_at)
+                        elif t == self.first_token_at:  # read with the first: it carries their stamp
+                            self.first_read_events += 1
+                finish = choice.get("finish_reason")
+                if finish:
+                    if type(finish) is str:
+                        self.finish_reason = finish
+                    else:
+                        self._fail("malformed event: finish_reason is not a string")
         elif "error" in event:
             self._fail(_error_reason(event["error"]))
             return
@@ -183,49 +215,6 @@ class StreamReader:
                 self.usage = usage
             else:
                 self._fail("malformed event: usage is not an object")
-
-    def _choice(self, choice: Any, choices: list[Any], t: float) -> None:
-        if type(choice) is not dict:
-            index = next(i for i, c in enumerate(choices) if c is choice)
-            self._fail(f"malformed event: choices[{index}] is not an object")
-            return
-        delta = choice.get("delta")
-        if delta:
-            if type(delta) is not dict:
-                self._fail("malformed event: delta is not an object")
-            elif self._output(delta):  # an output chunk; the first one times TTFT
-                self.chunks += 1
-                self.last_token_at = t
-                self._live.chunks += 1
-                if self.first_token_at is None:
-                    self.first_token_at = t
-                    self.first_read_events = 1
-                    self._live.first_token(t - self.sent_at)
-                elif t == self.first_token_at:  # read with the first: it carries their stamp
-                    self.first_read_events += 1
-        finish = choice.get("finish_reason")
-        if finish:
-            if type(finish) is str:
-                self.finish_reason = finish
-            else:
-                self._fail("malformed event: finish_reason is not a string")
-
-    def _output(self, delta: dict[str, Any]) -> bool:
-        """Hashes a delta's output; True if it carried any (text, reasoning, tool calls)."""
-        produced = False
-        for key in _TEXT_KEYS:
-            text = delta.get(key)
-            if text:
-                if type(text) is not str:
-                    self._fail(f"malformed event: delta.{key} is not a string")
-                    return False
-                self._hasher.update(text.encode("utf-8", "surrogatepass"))
-                self.output_chars += len(text)
-                produced = True
-        calls = delta.get("tool_calls")
-        if calls:
-            return self._tool_calls(calls) or produced
-        return produced
 
     def _tool_calls(self, calls: Any) -> bool:
         if type(calls) is not list:
