@@ -33,6 +33,7 @@ def install(environment: Environment, session: Any) -> None:
     web_ui = environment.web_ui
     views = web_ui.app.view_functions
     views["locust.swarm"] = _checked_swarm(environment, session, views["locust.swarm"])
+    views["locust.index"] = _with_edit_notice(views["locust.index"])
     original = web_ui.update_template_args
 
     def update_template_args() -> None:
@@ -41,6 +42,29 @@ def install(environment: Environment, session: Any) -> None:
 
     web_ui.update_template_args = update_template_args
     update_template_args()
+
+
+# Locust's Edit dialog closes on submit whatever the answer, so a refusal it would show inside the
+# dialog is never seen: the page is told to show such an answer itself.
+EDIT_NOTICE_SCRIPT = """<script>(() => {
+  const fetch0 = window.fetch;
+  window.fetch = async (...args) => {
+    const response = await fetch0(...args);
+    if (String(args[0].url || args[0]).endsWith("swarm")) {
+      response.clone().json().then(body => { if (body.edit_refused) window.alert(body.message); }).catch(() => {});
+    }
+    return response;
+  };
+})();</script>"""
+
+
+def _with_edit_notice(locust_index: Callable[[], Any]) -> Callable[[], Any]:
+    def index() -> Any:
+        page = locust_index()
+        if isinstance(page, str) and "</head>" in page:
+            return page.replace("</head>", EDIT_NOTICE_SCRIPT + "</head>", 1)
+        return page
+    return index
 
 
 def _show_current_settings(extra_options: dict[str, dict[str, Any]], opts: Any) -> None:
@@ -94,8 +118,9 @@ def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
     """Edit during a run of a load mode: a closed run's streams change; elsewhere, why not."""
     mode = session.mode
     if mode != "closed":
-        return refuse(f"Edit cannot change the streams of a {mode} run: its plan fixes them "
-                      f"({_why_fixed(mode)}). Stop it and start a new test instead.")
+        message = (f"Edit cannot change the streams of a {mode} run: its plan fixes them "
+                   f"({_why_fixed(mode)}). Stop it and start a new test instead.")
+        return jsonify({"success": False, "edit_refused": True, "message": message, "host": session.environment.host})
     try:
         users = int(request.form.get("user_count", ""))
     except ValueError:

@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -34,20 +36,25 @@ ARTIFACTS = REPO / "test-artifacts"
 SIM_ARGS = "--time-scale 0.4"
 
 
-@pytest.fixture
-def web_locust(tmp_path):
-    """`locust -f locustfiles/dflash.py --processes 2` with its web UI on 127.0.0.1; yields (url, run dir)."""
-    port, master_port = free_port(), free_port()
+@contextmanager
+def started_web_locust(tmp_path: Path, *args: str, workers: int = 2) -> Iterator[tuple[str, Path]]:
+    """`locust -f locustfiles/dflash.py` with its web UI on 127.0.0.1 (`--processes workers` when
+    above 0); yields (url, run dir) and always stops it."""
+    port = free_port()
     run_dir = tmp_path / "r"
-    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--processes", "2",
-               "--web-host", "127.0.0.1", "--web-port", str(port), "--master-bind-host", "127.0.0.1",
-               "--master-bind-port", str(master_port), "--master-port", str(master_port), "--run-dir", str(run_dir),
-               "--sim-args", SIM_ARGS, "--loglevel", "WARNING"]
+    distributed = []
+    if workers:
+        master_port = str(free_port())
+        distributed = ["--processes", str(workers), "--master-bind-host", "127.0.0.1",
+                       "--master-bind-port", master_port, "--master-port", master_port]
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *distributed,
+               "--web-host", "127.0.0.1", "--web-port", str(port), "--run-dir", str(run_dir),
+               "--sim-args", SIM_ARGS, "--loglevel", "WARNING", *args]
     log = open(tmp_path / "locust.log", "wb")
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        wait_until_up(url, proc, tmp_path / "locust.log")
+        wait_until_up(url, proc, tmp_path / "locust.log", workers)
         yield url, run_dir
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the group holds the master, its workers and the simulator
@@ -59,19 +66,26 @@ def web_locust(tmp_path):
         log.close()
 
 
-def wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+@pytest.fixture
+def web_locust(tmp_path):
+    """The protocol's locustfile with its web UI and 2 worker processes; yields (url, run dir)."""
+    with started_web_locust(tmp_path) as started:
+        yield started
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, log: Path, workers: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"locust exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(url + "worker-count", timeout=1) as reply:
-                if json.load(reply).get("worker_count") == 2:
+                if json.load(reply).get("worker_count") == workers:
                     return
         except OSError:
             pass
         time.sleep(0.2)
-    pytest.fail(f"the web UI at {url} did not come up with 2 workers:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"the web UI at {url} did not come up with {workers} workers:\n{log.read_text()[-3000:]}")
 
 
 def tab_rows(page) -> dict[str, list[str]]:
@@ -161,5 +175,86 @@ def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(w
             assert page.locator("#chart-tps polyline").count() == 1
             assert page.locator("#chart-ttft circle").count() == len(records)
             page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
+        finally:
+            browser.close()
+
+
+CLOSED = """
+[request]
+max_tokens = 48
+[load]
+mode = "closed"
+duration_s = 60
+jitter_s = 0.2
+[scenarios.protocol]
+"""
+
+
+def test_edit_changes_the_streams_of_a_closed_run_and_the_form_refuses_a_bad_host(tmp_path):
+    (tmp_path / "closed.toml").write_text(CLOSED, encoding="utf-8")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with started_web_locust(tmp_path, "--profile", "closed.toml", workers=0) as (url, run_dir), \
+            sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(20_000)
+            page.goto(url)
+            page.get_by_text("Custom parameters").click()
+            assert page.input_value("input[name=maxTokens]") == "48"  # the profile's, not the default 512
+            page.fill("input[name=userCount]", "2")
+            host = page.input_value("input[name=host]")
+            page.fill("input[name=host]", "gpu-box:8000")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_text("Host: expected http://HOST[:PORT]").wait_for()  # on the page, not a traceback
+            page.fill("input[name=host]", host)
+            page.fill("input[name=maxTokens]", "512")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_text("--max-tokens: the profile closed.toml sets it to 48").wait_for()
+            page.fill("input[name=maxTokens]", "48")
+            page.get_by_role("button", name="Start").click()
+            wait_for_streams(run_dir, 2)
+
+            page.get_by_role("button", name="Edit").click()
+            page.locator("input[name=userCount]").last.fill("4")
+            page.get_by_role("button", name="Update").click()
+            wait_for_streams(run_dir, 4)
+            page.screenshot(path=ARTIFACTS / "webui-edit-closed.png", full_page=True)
+        finally:
+            browser.close()
+    assert "Traceback" not in (tmp_path / "locust.log").read_text()
+
+
+def wait_for_streams(run_dir: Path, streams: int, timeout: float = 30.0) -> None:
+    """Waits until the last second of records shows `streams` distinct streams sending."""
+    deadline = time.monotonic() + timeout
+    seen: set[int] = set()
+    while time.monotonic() < deadline:
+        records = list(read_records(run_dir)) if (run_dir / "records.jsonl").exists() else []
+        recent = [r for r in records if r["sent_at"] > time.time() - 1.0]
+        seen = {r["slot"] for r in recent}
+        if len(seen) == streams:
+            return
+        time.sleep(0.3)
+    pytest.fail(f"expected {streams} streams sending, saw {sorted(seen)}")
+
+
+def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
+    with started_web_locust(tmp_path, "--rounds", "20", workers=0) as (url, _run_dir), \
+            sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(20_000)
+            page.goto(url)
+            page.fill("input[name=userCount]", "2")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_role("button", name="Edit").click()
+            page.locator("input[name=userCount]").last.fill("4")
+            said: list[str] = []
+            page.on("dialog", lambda dialog: (said.append(dialog.message), dialog.dismiss()))
+            page.get_by_role("button", name="Update").click()
+            page.wait_for_timeout(1500)
+            assert len(said) == 1 and said[0].startswith("Edit cannot change the streams of a rounds run")
         finally:
             browser.close()
