@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
+                      PositiveInt, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator)
 
 from loadlib.prompts import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
 from loadlib.scenarios.dataset import Dataset, load_dataset
@@ -25,6 +25,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MODES = ("rounds", "closed", "open", "ladder")
+# "on"/"off" send chat_template_kwargs.enable_thinking, "server" sends none (the template decides);
+# TOML's true/false mean on/off
+Thinking = Annotated[Literal["server", "on", "off"],
+                     BeforeValidator(lambda value: {True: "on", False: "off"}.get(value, value)
+                                     if isinstance(value, bool) else value)]
 DEFAULT_SIZES = [3000, 14000, 57000, 116000, 234000]
 
 
@@ -40,7 +45,7 @@ class RequestSpec(_Strict):
     """Request parameters of every scenario unless it sets its own."""
 
     max_tokens: PositiveInt = 512
-    thinking: bool = False
+    thinking: Thinking = "off"
 
 
 class Slo(_Strict):
@@ -53,7 +58,7 @@ class Slo(_Strict):
 class _ScenarioSpec(_Strict):
     weight: PositiveFloat = 1.0  # share of requests in the free-running modes
     max_tokens: PositiveInt | None = None
-    thinking: bool | None = None
+    thinking: Thinking | None = None  # None: the profile's [request] thinking
 
 
 class ProtocolSpec(_ScenarioSpec):
