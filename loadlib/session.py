@@ -17,7 +17,6 @@ runs any users; the session only keeps the run directory, the journal and the su
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import shlex
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-import orjson
 from locust import events
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
@@ -46,7 +44,8 @@ from loadlib.plan import make_driver
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.protocol import Assignment, Driver
-from loadlib.records import RecordJournal, RequestRecord, read_records
+from loadlib.intake import RecordIntake
+from loadlib.records import RequestRecord, read_records
 from loadlib.runtime import (RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun, RunSpec, WorkerSink, attach,
                              process_run)
 from loadlib.scenarios import COLD
@@ -99,13 +98,10 @@ class RunSession:
         self.plays_load_modes = plays_load_modes  # locustfiles/dflash.py, not the user's own users
         self.simulator: Any = None
         self.run_dir: Path | None = None
-        self.journal: RecordJournal | None = None
+        self.intake: RecordIntake | None = None
         self.profile: Profile | None = None
         self.conductor: Driver | None = None  # the load mode's driver (rounds: the conductor)
         self.manifest: dict[str, Any] = {}
-        self.record_count = 0
-        self._recent: collections.deque[bytes] = collections.deque()  # JSON lines, for the live figures
-        self._parsed: tuple[int, list[dict[str, Any]]] = (0, [])
         self.in_flight_by_worker: dict[str, int] = {}
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
         self.master_watch = SelfWatch()
@@ -169,10 +165,8 @@ class RunSession:
                 return
         self._runs += 1
         self.run_dir = _new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
-        self.journal = RecordJournal(self.run_dir)
-        self.record_count = 0
-        self._recent = collections.deque(maxlen=None if self.mode == "rounds" else LIVE_WINDOW)
-        self._parsed = (0, [])
+        rounds = self.mode == "rounds"  # bounded by its plan: every record stays for the live tables
+        self.intake = RecordIntake(self.run_dir, None if rounds else LIVE_WINDOW, self._settle if rounds else None)
         self.in_flight_by_worker = {}
         self.users_override = None
         self.cut_short = None
@@ -237,8 +231,8 @@ class RunSession:
         if self.conductor is not None and self.conductor.flushes:
             self.manifest["cache_flushes"] = dict(self.conductor.flushes)
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
-        if self.journal is not None:
-            self.journal.close()
+        if self.intake is not None:
+            self.intake.close()
         frame = metrics.records_frame(read_records(self.run_dir))  # the journal, not memory
         text = console.render(summary_document(frame, self.manifest, self.run_dir))
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
@@ -267,47 +261,36 @@ class RunSession:
 
     def on_record(self, record: RequestRecord) -> None:
         """A record from this process's users: to the journal at once."""
-        if self.journal is None:
-            return
-        line = record.to_json()
-        self.journal.append_lines(line + b"\n")
-        self._take([line], parsed=[record.to_dict()])
+        if self.intake is not None:
+            self.intake.take_record(record)
 
     def on_record_lines(self, lines: bytes, worker_id: str, in_flight: int) -> None:
-        """A worker's batch of records (JSON lines): to the journal as they are, one write."""
+        """A worker's batch of records (JSON lines), and how many requests it has in flight."""
         self.in_flight_by_worker[worker_id] = in_flight
-        if self.journal is None or not lines:
-            return
-        self.journal.append_lines(lines + b"\n")
-        split = lines.split(b"\n")
-        self._take(split, parsed=[orjson.loads(line) for line in split] if self.mode == "rounds" else None)
+        if self.intake is not None:
+            self.intake.take_lines(lines)
 
     def on_lost(self, record: RequestRecord) -> None:
         """A request whose worker died: its failed record, counted by Locust as well."""
         fire_request_event(self.environment, record, record.cell)
         self.on_record(record)
 
-    def _take(self, lines: list[bytes], parsed: list[dict[str, Any]] | None) -> None:
-        """The bookkeeping of new records: the count, the live window, and (rounds mode) the
-        conductor, which waits for each request it assigned."""
-        self.record_count += len(lines)
-        self._recent.extend(lines)
-        if parsed is None or self.conductor is None:
-            return
-        for record in parsed:
-            if self.workers is not None:
-                self.workers.settle(record["request_id"])
+    def _settle(self, record: dict[str, Any]) -> None:
+        """A rounds record: its worker no longer holds it, and the conductor may go on."""
+        if self.workers is not None:
+            self.workers.settle(record["request_id"])
+        if self.conductor is not None:
             self.conductor.on_record(record)
 
     @property
+    def record_count(self) -> int:
+        return self.intake.count if self.intake is not None else 0
+
+    @property
     def records(self) -> list[dict[str, Any]]:
-        """The run's records so far (the last `LIVE_WINDOW` of an open-ended run), parsed when
-        asked for: the live figures' input. The journal on disk holds them all."""
-        count, parsed = self._parsed
-        if count != self.record_count:
-            parsed = [orjson.loads(line) for line in self._recent]
-            self._parsed = (self.record_count, parsed)
-        return parsed
+        """The run's records so far (the last `LIVE_WINDOW` of a free-running run): the live
+        figures' input. The journal on disk holds them all."""
+        return self.intake.recent() if self.intake is not None else []
 
     def streams_in_flight(self) -> int:
         """Requests being sent right now, over every process that runs users."""

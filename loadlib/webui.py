@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 from flask import Blueprint, Response, jsonify, request
@@ -29,7 +29,7 @@ from locust.env import Environment
 from analysis import render_summary, text
 from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, thinking_phrase
 from loadlib import metrics, webform
-from loadlib.records import RequestRecord
+from loadlib.records import RECORDS_FILE, RequestRecord, read_records
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,10 @@ class LiveFigures:
         self._key: tuple[int, int, int] | None = None
         self._cached: tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]] | None = None
 
-    def records(self) -> list[dict[str, Any]]:
-        return self.session.records
+    def records(self) -> Iterable[dict[str, Any]]:
+        """Every record of the run so far, from its journal."""
+        run_dir = self.session.run_dir
+        return read_records(run_dir) if run_dir is not None and (run_dir / RECORDS_FILE).exists() else []
 
     def report(self) -> str:
         """The end-of-run summary once saved, else the same summary of the records so far."""
@@ -124,7 +126,7 @@ class LiveFigures:
         if saved.exists():
             return saved.read_text(encoding="utf-8")
         return (f"Run in progress ({session.record_count} requests so far); run files: {session.run_dir}\n\n"
-                + render_summary(session.records, session.manifest, session.run_dir) + "\n")
+                + render_summary(self.records(), session.manifest, session.run_dir) + "\n")
 
     def view(self) -> dict[str, Any]:
         """Phase, settings, table rows and chart series, as JSON-ready values."""
@@ -355,7 +357,7 @@ def _page() -> Response:
     return Response(html, mimetype="text/html")
 
 
-def _csv_response(records: list[dict[str, Any]]) -> Response:
+def _csv_response(records: Iterable[dict[str, Any]]) -> Response:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=[field.name for field in dataclasses.fields(RequestRecord)],
                             extrasaction="ignore")

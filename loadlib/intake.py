@@ -1,0 +1,60 @@
+"""Where a run's records arrive on the coordinating process (the master, or the local runner).
+
+Records come one at a time from this process's users, or as a worker's batch of JSON lines. Either
+way they go to the journal at once (a batch in one write, as it came), are counted, and the last
+`window` of them stay in memory, unparsed, for the live figures. Nothing here grows with the run:
+the journal on disk is the record of truth. Only a rounds run parses every record as it arrives,
+because its conductor waits for each request it assigned.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from loadlib.records import RecordJournal, RequestRecord
+
+
+class RecordIntake:
+    def __init__(self, run_dir: Path, window: int | None,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.journal = RecordJournal(run_dir)
+        self.count = 0
+        self.on_record = on_record  # sees every record, parsed (the rounds conductor)
+        self._recent: collections.deque[bytes] = collections.deque(maxlen=window)
+        self._parsed: tuple[int, list[dict[str, Any]]] = (0, [])
+
+    def take_record(self, record: RequestRecord) -> None:
+        """A record from this process's users."""
+        line = record.to_json()
+        self.journal.append_lines(line + b"\n")
+        self._take([line], [record.to_dict()] if self.on_record is not None else None)
+
+    def take_lines(self, lines: bytes) -> None:
+        """A worker's batch: JSON lines joined by newlines."""
+        if not lines:
+            return
+        self.journal.append_lines(lines + b"\n")
+        split = lines.split(b"\n")
+        self._take(split, [orjson.loads(line) for line in split] if self.on_record is not None else None)
+
+    def _take(self, lines: list[bytes], parsed: list[dict[str, Any]] | None) -> None:
+        self.count += len(lines)
+        self._recent.extend(lines)
+        if parsed is not None and self.on_record is not None:
+            for record in parsed:
+                self.on_record(record)
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The records in the window, parsed when asked for (and again only after new ones came)."""
+        count, parsed = self._parsed
+        if count != self.count:
+            parsed = [orjson.loads(line) for line in self._recent]
+            self._parsed = (self.count, parsed)
+        return parsed
+
+    def close(self) -> None:
+        self.journal.close()
