@@ -60,8 +60,9 @@ def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str
     tables = tables or ProtocolTables.from_frame(df)
     found = protocol_sections(tables) if df["case"].isin(PROTOCOL_CASES).any() else []
     steady = metrics.steady_cells(df)
-    found += [sections.steady_state(metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady), slo.ttft_s,
-                                    slo.decode_tps),
+    steady_table = metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady)
+    found += [sections.steady_state(steady_table, slo.ttft_s, slo.decode_tps),
+              sections.streams_held(metrics.streams_held(steady_table, df)),
               sections.steady_percentiles(metrics.steady_percentiles(df, steady)),
               failures_section(tables.failures), sections.exclusions_section(metrics.exclusions_table(df))]
     if any(str(name).startswith(LONG_CONTEXT) for name in df["scenario"].unique()):

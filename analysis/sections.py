@@ -39,6 +39,21 @@ def steady_state(table: pd.DataFrame, slo_ttft_s: float, slo_decode_tps: float) 
         }), keys=("cell",), left=("cell",), optional=True)
 
 
+def streams_held(table: pd.DataFrame) -> Section:
+    """Closed-loop cells whose streams in flight fell short of the streams asked for: such a run
+    measured fewer streams than its name says (the client could not keep them all busy)."""
+    short = table[table["held_share"] < metrics.STREAMS_HELD_SHARE]
+    title = ("STREAMS BELOW ASKED: " + "; ".join(
+        f"{row.cell} held {text.num(row.in_flight)} of {int(row.asked)} streams in flight"
+        for row in short.itertuples()) + " (not a result at the asked concurrency; see the client self-watch)"
+             if not short.empty else "")
+    return Section(
+        "streams_held", title, short, pd.DataFrame({
+            "cell": short["cell"].astype(str), "asked": text.column(short["asked"], 0),
+            "in flight": text.column(short["in_flight"]), "held": [text.percent(v) for v in short["held_share"]],
+        }), keys=("cell",), left=("cell",), optional=True)
+
+
 def steady_percentiles(table: pd.DataFrame) -> Section:
     digits = {"ttft_s": 3, "tok_per_chunk": 2}
     return Section(

@@ -538,6 +538,20 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps
     return pd.DataFrame(rows, columns=STEADY_COLUMNS)
 
 
+STREAMS_HELD_SHARE = 0.9  # a closed-loop cell holding fewer of its streams in flight is flagged
+
+
+def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Per closed-loop cell (closed, ladder levels): the streams asked for (the records'
+    `concurrency`), the mean in flight over the steady window, and their ratio. Open-loop and a
+    locustfile's own cells are left out: their in-flight count follows arrivals and wait times."""
+    asked = df[df["case"].isin(("closed", "ladder"))].groupby("cell", observed=True)["concurrency"].max()
+    table = steady[steady["cell"].isin(asked.index)][["cell", "in_flight"]].copy()
+    table["asked"] = table["cell"].map(asked).astype(float)
+    table["held_share"] = table["in_flight"] / table["asked"]
+    return table.reset_index(drop=True)
+
+
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk and client-side queueing (when
     recorded) per free-running cell, from the raw records of successful requests sent within

@@ -104,7 +104,7 @@ class RunSession:
         self.manifest: dict[str, Any] = {}
         self.in_flight_by_worker: dict[str, int] = {}
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
-        self.master_watch = SelfWatch()
+        self.master_watch = SelfWatch(role="master")
         self.users_override: int | None = None  # the web UI's Edit of a closed run
         self.cut_short: str | None = None
         runner = environment.runner

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from analysis import protocol_summary, render_summary
-from tests.analysis.builders import free_running_records
+from tests.analysis.builders import build_record, free_running_records
 
 
 def test_summary_has_the_issue_8_schema_with_hand_computed_figures(protocol_records):
@@ -175,3 +175,17 @@ def test_an_answer_in_one_read_shows_no_decode_and_is_counted_as_left_out(make_r
         "Successful requests left out of one figure (they count in every other)\n"
         "  cell     reason                                                    count\n"
         "  single   whole answer in one read (total = TTFT): no decode rate       1")
+
+
+def _closed_records(asked: int, busy: int) -> list[dict]:
+    """`busy` of `asked` closed-loop streams sending back to back for 20 s (1 s requests)."""
+    return [build_record("closed", "code", slot=slot, sent_at=1_700_000_000.0 + t, ttft_s=0.1, total_s=0.99,
+                         concurrency=asked, case="closed")
+            for slot in range(busy) for t in range(20)]
+
+
+def test_a_closed_loop_holding_fewer_streams_than_asked_is_flagged():
+    short = render_summary(_closed_records(asked=8, busy=5), {})
+    assert "STREAMS BELOW ASKED: closed held 5.0 of 8 streams in flight" in short
+    held = render_summary(_closed_records(asked=4, busy=4), {})
+    assert "STREAMS BELOW ASKED" not in held

@@ -1,0 +1,32 @@
+"""The self-watch: loop lag measured while requests are in flight, in bounded memory, and the
+master's own limits worded for what they mean."""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+
+from loadlib.selfwatch import LAG_BUCKETS, SelfWatch, client_limited
+
+
+def test_a_blocked_loop_shows_as_lag_while_requests_are_in_flight_and_memory_stays_fixed():
+    watch = SelfWatch(interval_s=0.01)
+    watch.start()
+    gevent.sleep(0.2)  # nothing in flight: no lag samples
+    assert watch.snapshot()["samples"] == 0
+    watch.in_flight = 1
+    for _ in range(5):
+        gevent.sleep(0.03)
+        time.sleep(0.02)  # blocks the loop for 20 ms
+    gevent.sleep(0.05)
+    watch.stop()
+    snap = watch.snapshot()
+    assert snap["samples"] >= 5 and len(watch.lag_counts) == LAG_BUCKETS
+    assert 0.015 <= snap["loop_lag_max_s"] < 0.1 and 0.015 <= snap["loop_lag_p99_s"] <= snap["loop_lag_max_s"]
+    assert snap["role"] == "client"
+
+
+def test_a_master_short_of_cpu_is_named_as_the_master():
+    reasons = client_limited([{"role": "master", "cpu_share_max": 0.97}, {"role": "client", "cpu_share_max": 0.2}])
+    assert reasons == ["the master (it receives every record and spawns the users) used 97% of a core"]
