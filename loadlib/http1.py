@@ -63,6 +63,7 @@ class BodyReader(Protocol):
     """Takes a response body piece by piece, as each arrives (de-chunked, any split)."""
 
     ended: bool  # the content said it is over (an SSE `[DONE]`): the framing gets a short grace
+    urgent: bool  # the next piece is timed (a first token is due): read ahead of other connections
 
     def feed(self, data: bytes, t: float) -> None:
         """One piece of the body and its arrival time (kernel receive stamp where available)."""
@@ -91,7 +92,7 @@ class Collector:
     """Keeps a body's pieces in `Response.pieces` (the first `limit` bytes, when given); the
     rest is read and dropped so the connection stays usable."""
 
-    ended = False
+    ended = urgent = False
 
     def __init__(self, response: Response, limit: int | None = None) -> None:
         self.pieces = response.pieces
@@ -283,6 +284,7 @@ class _RawStream:
         self._wait = hub.wait
         self._readable = hub.loop.io(fd, 1)
         self._writable = hub.loop.io(fd, 2)
+        self._urgent = False
         self._buffer = bytearray(_RECV_SIZE)  # reused: a fresh large bytes per read costs an mmap
         self._view = memoryview(self._buffer)
         self._timestamps = False
@@ -303,8 +305,16 @@ class _RawStream:
                 continue
             view = view[sent:]
 
-    def recv(self) -> tuple[bytes, float]:
-        """Waits for data, then one read: (bytes, arrival time); b"" at the peer's close."""
+    def recv(self, urgent: bool = False) -> tuple[bytes, float]:
+        """Waits for data, then one read: (bytes, arrival time); b"" at the peer's close.
+
+        An `urgent` read is woken ahead of the others ready in the same loop iteration (libev
+        priority): when many streams are ready at once, a first token is read before later
+        chunks of the same stream can join it in one read and lend it their arrival stamp.
+        """
+        if urgent is not self._urgent:
+            self._urgent = urgent
+            self._readable.priority = 2 if urgent else 0  # EV_MAXPRI; the watcher is stopped here
         self._wait(self._readable)
         while True:
             try:
@@ -337,7 +347,7 @@ class _TlsStream:
     def sendall(self, data: bytes) -> None:
         self._sock.sendall(data)
 
-    def recv(self) -> tuple[bytes, float]:
+    def recv(self, urgent: bool = False) -> tuple[bytes, float]:
         return self._sock.recv(_RECV_SIZE), time.time()
 
     def close(self) -> None:
@@ -393,7 +403,7 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, reader: Bo
                 timer.close()
                 grace = gevent.Timeout(min(_DONE_GRACE_S, max(deadline - time.time(), 0.001)), _Expired)
                 grace.start()
-            data, t = stream.recv()
+            data, t = stream.recv(reader.urgent)
             if not data:
                 decoder.eof()
                 break

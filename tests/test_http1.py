@@ -146,7 +146,7 @@ def test_base_url_prefix_and_v1_suffix():
 class Recorder:
     """A body reader that notes when each piece was handed over."""
 
-    ended = False
+    ended = urgent = False
 
     def __init__(self, response):
         self.pieces, self.fed_at = [], []
@@ -182,3 +182,9 @@ def test_a_reader_that_raises_closes_the_connection(connect):
     with pytest.raises(ValueError):
         conn.request("GET", "/", reader=Broken)
     assert conn._stream is None
+
+
+def test_a_negative_chunk_size_is_bad_framing(connect):
+    conn = connect([[HEAD + b"-5\r\ndata: a\n\n\r\n0\r\n\r\n"]])
+    response = conn.request("GET", "/")
+    assert response.error == "bad chunked framing" and not response.complete

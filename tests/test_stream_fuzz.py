@@ -243,3 +243,14 @@ def test_a_200_that_is_no_event_stream_names_its_type_and_first_bytes(fuzz):
                             "'{\"error\": {\"message\": \"model not loaded\"}}'")
     empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
     assert fuzz(Script(empty)).error == "not an event stream: no content-type, empty body"
+
+
+def test_random_corruption_of_the_framing_gives_one_record(fuzz):
+    rng = random.Random(SEED)
+    raw = stream(*ANSWER)
+    for _ in range(300):
+        broken = bytearray(raw)
+        for _ in range(rng.randrange(1, 4)):
+            broken[rng.randrange(len(broken))] = rng.choice(b"-0123456789abcdef\r\n;: \xff")
+        record = fuzz(Script(bytes(broken), writes=rng.randrange(1, 6), close=True))
+        assert record.error is None or isinstance(record.error, str)
