@@ -133,10 +133,10 @@ def report(args: argparse.Namespace, run_dir: Path, samples: list[tuple[float, f
     injected = {FAULT_REASONS.get(spec.split("=")[0].split("@")[0], "?") for spec in args.fault}
     unexplained = {reason: n for reason, n in reasons.items()
                    if not any(reason.startswith(prefix) or prefix in reason for prefix in injected)}
-    # start: once every user streams (warm-up); end: the last sample within the planned duration,
-    # before the end-of-run summary is computed
+    # start: once every user streams (warm-up); end: the last sample within the planned duration
+    # (counted from Locust's start, less a few seconds), before the end-of-run summary is computed
     start = next((s for s in samples if s[0] >= WARMUP_S), samples[0] if samples else (0, 0, 0))
-    planned_end = WARMUP_S + args.minutes * 60
+    planned_end = args.minutes * 60 - 3.0
     end = next((s for s in reversed(samples) if s[0] <= planned_end), samples[-1] if samples else (0, 0, 0))
     growth = end[1] - start[1]
     per_record_kb = growth * 1024 / max(end[2] - start[2], 1)

@@ -10,11 +10,13 @@ A local runner's sink hands each record to the session, which writes it to the j
 worker's sink batches records as JSON lines and sends them to the master every `FLUSH_S` seconds or
 `FLUSH_RECORDS` records, whichever comes first (a record a round waits for goes at once), so the
 master does no per-request messaging; each batch also carries how many requests the worker has in
-flight, which the master shows live and waits for at the end of a free-running run.
+flight, which the master waits for at the end of a free-running run, and, once a second, the
+running figures of its streams in flight (`live.COUNTERS`) for the live charts.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -24,14 +26,16 @@ from gevent.event import Event
 from gevent.queue import Queue
 from locust.env import Environment
 
+from loadlib import live as live_figures
 from loadlib.client import ChatSettings
 from loadlib.records import RequestRecord
 from loadlib.selfwatch import SelfWatch
 
-RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int}
+RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
 RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
+LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class WorkerSink(RecordSink):
         self.watch = watch
         self._lines: list[bytes] = []
         self._sent_in_flight = 0
+        self._live_at = 0.0
         self._greenlet = gevent.spawn(self._tick)
 
     def add(self, record: RequestRecord, urgent: bool = False) -> None:
@@ -90,16 +95,20 @@ class WorkerSink(RecordSink):
         if urgent or len(self._lines) >= FLUSH_RECORDS:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, live: dict[str, Any] | None = None) -> None:
         lines, self._lines = self._lines, []
         self._sent_in_flight = in_flight = self.watch.in_flight
-        self.send(RECORDS_MESSAGE, {"lines": b"\n".join(lines), "in_flight": in_flight})
+        self.send(RECORDS_MESSAGE, {"lines": b"\n".join(lines), "in_flight": in_flight, "live": live})
 
     def _tick(self) -> None:
         while True:
             gevent.sleep(FLUSH_S)
-            if self._lines or self.watch.in_flight != self._sent_in_flight:
-                self.flush()
+            live = None
+            if time.monotonic() - self._live_at >= LIVE_S and (live_figures.COUNTERS.in_flight or self._lines):
+                self._live_at = time.monotonic()
+                live = live_figures.COUNTERS.snapshot_and_reset()
+            if live is not None or self._lines or self.watch.in_flight != self._sent_in_flight:
+                self.flush(live)
 
 
 class ProcessRun:

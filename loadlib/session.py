@@ -34,6 +34,7 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.shape import LoadTestShape
 
+from loadlib import live as live_figures
 from loadlib import llmstats, metrics, options, servertruth, webui
 from loadlib.cache import flush_prefix_cache
 from loadlib.client import ChatSettings, chat_body, discover_model
@@ -46,7 +47,8 @@ from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.protocol import Assignment, Driver
 from loadlib.intake import RecordIntake
 from loadlib.records import RequestRecord, read_records
-from loadlib.runtime import (RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun, RunSpec, WorkerSink, attach,
+from loadlib.liveseries import LiveSeries
+from loadlib.runtime import (LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun, RunSpec, WorkerSink, attach,
                              process_run)
 from loadlib.scenarios import COLD
 from loadlib.selfwatch import SelfWatch
@@ -103,6 +105,7 @@ class RunSession:
         self.conductor: Driver | None = None  # the load mode's driver (rounds: the conductor)
         self.manifest: dict[str, Any] = {}
         self.in_flight_by_worker: dict[str, int] = {}
+        self.live = LiveSeries()
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
         self.master_watch = SelfWatch(role="master")
         self.users_override: int | None = None  # the web UI's Edit of a closed run
@@ -168,6 +171,7 @@ class RunSession:
         rounds = self.mode == "rounds"  # bounded by its plan: every record stays for the live tables
         self.intake = RecordIntake(self.run_dir, None if rounds else LIVE_WINDOW, self._settle if rounds else None)
         self.in_flight_by_worker = {}
+        self.live = LiveSeries()
         self.users_override = None
         self.cut_short = None
         self.summarized = False
@@ -264,9 +268,12 @@ class RunSession:
         if self.intake is not None:
             self.intake.take_record(record)
 
-    def on_record_lines(self, lines: bytes, worker_id: str, in_flight: int) -> None:
-        """A worker's batch of records (JSON lines), and how many requests it has in flight."""
+    def on_record_lines(self, lines: bytes, worker_id: str, in_flight: int, live: dict[str, Any] | None) -> None:
+        """A worker's batch of records (JSON lines), how many requests it has in flight, and (once
+        a second) the running figures of its streams."""
         self.in_flight_by_worker[worker_id] = in_flight
+        if live is not None:
+            self.live.add(worker_id, live)
         if self.intake is not None:
             self.intake.take_lines(lines)
 
@@ -396,12 +403,13 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     webui.install(environment, session)
     if isinstance(runner, MasterRunner):
         runner.register_message(RECORDS_MESSAGE, lambda msg, **_: session.on_record_lines(
-            msg.data["lines"], msg.node_id, msg.data["in_flight"]))
+            msg.data["lines"], msg.node_id, msg.data["in_flight"], msg.data.get("live")))
         environment.events.worker_report.add_listener(
             lambda client_id, data: SELFWATCH_KEY in data and session.selfwatch_by_worker.__setitem__(
                 client_id, data[SELFWATCH_KEY]))
     else:
         attach(environment, ProcessRun(environment, settings, LocalSink(session.on_record), watch))
+        gevent.spawn(_sample_live, session)
         environment.events.test_start.add_listener(lambda **_: watch.start())
         environment.events.test_stop.add_listener(lambda **_: watch.stop())
     if opts.headless and environment.shape_class is not None:
@@ -410,6 +418,14 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: session.stop_target())
     environment.events.quit.add_listener(lambda **_: session.add_to_html_report())
+
+
+def _sample_live(session: RunSession) -> None:
+    """The local runner's own running figures, once a second while streams are in flight."""
+    while True:
+        gevent.sleep(LIVE_S)
+        if live_figures.COUNTERS.in_flight or live_figures.COUNTERS.finished:
+            session.live.add("local", live_figures.COUNTERS.snapshot_and_reset())
 
 
 def _sigterm_like_ctrl_c() -> None:

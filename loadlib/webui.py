@@ -138,10 +138,13 @@ class LiveFigures:
         current = _current_index(plan, phase)
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
-        return {"phase": _phase_text(session, slots, len(plan), phase, current, state), "state": state,
-                "settings": _settings_text(self.environment, session, plan, frame),
+        live = session.live.series()
+        origin = series["origin"] if series["origin"] is not None else (live["at"][0] if live["at"] else 0.0)
+        return {"phase": _phase_text(session, slots, len(plan), phase, current, state) + _live_text(session.live),
+                "state": state, "settings": _settings_text(self.environment, session, plan, frame),
                 "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
-                "series": series, "run_dir": str(session.run_dir or ""), "requests": session.record_count}
+                "series": series, "live": _live_series(live, origin), "run_dir": str(session.run_dir or ""),
+                "requests": session.record_count}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
         """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
@@ -264,7 +267,7 @@ def _series(frame: pd.DataFrame) -> dict[str, Any]:
     """Chart data, seconds from the run's first request: tokens/s and streams, TTFT per request,
     and the span of each cell so the charts can label which part of the plan ran when."""
     if frame.empty:
-        return {"t_s": [], "decode_tps": [], "active_streams": [], "ttft": [], "spans": []}
+        return {"t_s": [], "decode_tps": [], "active_streams": [], "ttft": [], "spans": [], "origin": None}
     timeline = metrics.timeline(frame)
     origin = float(frame["sent_at"].min())
     ok = frame[frame["ok"]]
@@ -278,7 +281,24 @@ def _series(frame: pd.DataFrame) -> dict[str, Any]:
         "ttft": [[round(t, 3), round(v, 4), cell] for t, v, cell in
                  zip(ok["sent_at"] - origin, ok["ttft_s"], label[ok.index])],
         "spans": [[row.label, round(row.start, 3), round(row.end, 3)] for row in spans.itertuples()],
+        "origin": origin,
     }
+
+
+def _live_series(live: dict[str, list[Any]], origin: float) -> dict[str, list[Any]]:
+    """The running figures of streams in flight, seconds from the same origin as the records'."""
+    return {"t_s": [round(at - origin, 3) for at in live["at"]], "tokens_per_s": live["tokens_per_s"],
+            "in_flight": live["in_flight"], "ttft": [[round(at - origin, 3), v] for at, v in live["ttft"]]}
+
+
+def _live_text(live: Any) -> str:
+    """The streams in flight now, with output tokens/s and TTFT p50 over the last 10 s."""
+    recent = live.recent(time.time())
+    if not recent["in_flight"] and not recent["tokens_per_s"]:
+        return ""
+    ttft = text.num(recent["ttft_p50_s"], 3)
+    return (f" · live: {recent['in_flight']} streams in flight, {text.num(recent['tokens_per_s'])} tok/s, "
+            f"TTFT p50 {ttft} s (last 10 s)")
 
 
 def _rounded(values: pd.Series) -> list[float]:

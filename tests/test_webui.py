@@ -172,8 +172,8 @@ def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(w
             page.goto(url + "uni/")
             page.get_by_text("Finished: all 4 cells done").wait_for()
             page.locator("#report", has_text="Single stream").wait_for()
-            assert page.locator("#chart-tps polyline").count() == 1
-            assert page.locator("#chart-ttft circle").count() == len(records)
+            assert page.locator("#chart-tps polyline.record").count() == 1
+            assert page.locator("#chart-ttft circle.record").count() == len(records)
             page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
         finally:
             browser.close()
@@ -258,3 +258,35 @@ def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
             assert len(said) == 1 and said[0].startswith("Edit cannot change the streams of a rounds run")
         finally:
             browser.close()
+
+
+LONG_ANSWERS = """
+[request]
+max_tokens = 4000
+[load]
+mode = "closed"
+duration_s = 60
+jitter_s = 0.1
+[scenarios.protocol]
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_path, workers):
+    """Long answers (several seconds each): the tab's phase row and /uni/figures.json show the
+    streams in flight, output tokens/s and first tokens from the first seconds, while the records
+    (requests that ended) are still none."""
+    (tmp_path / "long.toml").write_text(LONG_ANSWERS, encoding="utf-8")
+    with started_web_locust(tmp_path, "--profile", "long.toml", "--autostart", "-u", "4", workers=workers) as (url, _):
+        deadline = time.monotonic() + 20
+        view: dict = {}
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url + "uni/figures.json", timeout=5) as reply:
+                view = json.load(reply)
+            if view["live"]["in_flight"] and view["live"]["in_flight"][-1] == 4 and len(view["live"]["ttft"]) == 4:
+                break
+            time.sleep(0.5)
+        assert view["requests"] == 0  # no request has ended: every figure below is live
+        assert view["live"]["in_flight"][-1] == 4 and max(view["live"]["tokens_per_s"]) > 0
+        assert len(view["live"]["ttft"]) == 4 and all(0 < v < 5 for _t, v in view["live"]["ttft"])
+        assert "live: 4 streams in flight" in view["phase"]
