@@ -167,8 +167,11 @@ def cut_short(manifest: Mapping[str, Any]) -> str | None:
     """
     if "ended_at" in manifest and manifest["ended_at"] is None:
         return "the client never reached the end of the run"
+    if manifest.get("stopped_early"):
+        return f"stopped early: {manifest['stopped_early']}"
     if manifest.get("finished") is False:
-        return "stopped before the plan was done"
+        return f"stopped before the plan was done: {manifest['cut_short']}" if manifest.get("cut_short") \
+            else "stopped before the plan was done"
     return None
 
 

@@ -189,19 +189,3 @@ def _missing_piece(usage: dict | None, first_token_at: float | None, done_at: fl
         return "stream ended without [DONE]"
     return None
 
-
-def discover_model(base_url: str, api_key: str | None = None, verify_tls: bool = True,
-                   timeout_s: float = 10.0) -> str | None:
-    """The first model id that `GET /v1/models` lists, or None if the server does not say."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls)
-    try:
-        response = connection.request("GET", "/v1/models", headers=headers)
-        if response.status != 200:
-            return None
-        models = orjson.loads(response.body).get("data") or []
-        return models[0].get("id") if models else None
-    except (TransportError, orjson.JSONDecodeError, AttributeError, TypeError):
-        return None
-    finally:
-        connection.close()

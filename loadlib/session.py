@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import orjson
 from locust import events
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
@@ -37,22 +38,24 @@ from locust.shape import LoadTestShape
 from loadlib import live as live_figures
 from loadlib import llmstats, metrics, options, servertruth, webui
 from loadlib.cache import flush_prefix_cache
-from loadlib.client import ChatSettings, chat_body, discover_model
+from loadlib.client import ChatSettings, chat_body
 from loadlib.http1 import Endpoint
 from loadlib.manifest import build_manifest, write_manifest
-from loadlib.modes import ladder_levels
+from loadlib.modes import SearchHooks, first_users
 from loadlib.plan import make_driver
+from loadlib.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
 from loadlib.protocol import Assignment, Driver
 from loadlib.intake import RecordIntake
 from loadlib.records import RequestRecord, read_records
 from loadlib.liveseries import LiveSeries
-from loadlib.runtime import (LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun, RunSpec, WorkerSink, attach,
-                             process_run)
+from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
+                             RunSpec, WorkerSink, attach, process_run)
 from loadlib.scenarios import COLD
 from loadlib.selfwatch import SelfWatch
-from loadlib.users import FREE_RUNNING_MODES, RoundsUser, begin_test, fire_request_event, profile_user_classes
+from loadlib.users import (FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
+                           profile_user_classes)
 from loadlib.workers import ASSIGN_MESSAGE, WorkerDispatch
 
 log = logging.getLogger("uni-bench")
@@ -110,6 +113,7 @@ class RunSession:
         self.master_watch = SelfWatch(role="master")
         self.users_override: int | None = None  # the web UI's Edit of a closed run
         self.cut_short: str | None = None
+        self.first_failures: FirstFailures | None = None
         runner = environment.runner
         self.workers = WorkerDispatch(runner, self.on_lost) if isinstance(runner, MasterRunner) else None
         self.summarized = True
@@ -176,7 +180,10 @@ class RunSession:
         self.cut_short = None
         self.summarized = False
         api_key = _api_key(opts)
-        model = opts.model or discover_model(self.environment.host, api_key, not opts.insecure) or "default"
+        model, model_warning = list_models(self.environment.host, api_key, not opts.insecure).choose(opts.model)
+        if model_warning:
+            log.warning("%s", model_warning)
+        self.first_failures = FirstFailures() if not opts.keep_going else None
         settings = _settings(opts, model, api_key)
         users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         flush = partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure)
@@ -187,7 +194,8 @@ class RunSession:
             self.conductor = OpenEnded(users=users, **common)
         else:
             self.conductor = make_driver(self.profile, users, started_at=time.time() + 0.5,
-                                         streams_in_flight=self.streams_in_flight, **common)
+                                         streams_in_flight=self.streams_in_flight, search=self._search_hooks(),
+                                         **common)
             if self.mode in FREE_RUNNING_MODES and any(cell.scenario.cache == COLD for cell in self.conductor.plan):
                 self.conductor.flush_cache()  # before any request of the run
         started_at = getattr(getattr(self.conductor, "timeline", None), "started_at", time.time())
@@ -205,6 +213,8 @@ class RunSession:
             self.manifest["protocol"]["rounds"] = None  # free-running: durations, in the profile
         if self.plays_load_modes and opts.profile:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
+        if model_warning:
+            self.manifest["model_warning"] = model_warning
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
         servertruth.attach(self, api_key)
@@ -267,6 +277,8 @@ class RunSession:
         """A record from this process's users: to the journal at once."""
         if self.intake is not None:
             self.intake.take_record(record)
+            if self.first_failures is not None and self.first_failures.watching:
+                self._check_first(record.to_dict())
 
     def on_record_lines(self, lines: bytes, worker_id: str, in_flight: int, live: dict[str, Any] | None) -> None:
         """A worker's batch of records (JSON lines), how many requests it has in flight, and (once
@@ -276,6 +288,29 @@ class RunSession:
             self.live.add(worker_id, live)
         if self.intake is not None:
             self.intake.take_lines(lines)
+            if lines and self.first_failures is not None and self.first_failures.watching:
+                for line in lines.split(b"\n")[:FIRST_REQUESTS]:
+                    self._check_first(orjson.loads(line))
+
+    def _check_first(self, record: dict[str, Any]) -> None:
+        reason = self.first_failures.see(record) if self.first_failures is not None else None
+        if reason is not None:
+            gevent.spawn(self._stop_early, reason)
+
+    def _stop_early(self, reason: str) -> None:
+        """The run's first requests all failed alike: stop it with that reason, and a hint when
+        an https:// target answers plain HTTP."""
+        hint = ""
+        if reason.startswith("TLS") and answers_plain_http(self.environment.host):
+            hint = " (the server answered plain HTTP: use http:// in --host)"
+        said = f"the first {FIRST_REQUESTS} requests all failed: {reason}{hint}"
+        log.error("stopping early: %s; --keep-going runs on regardless", said)
+        self.manifest["stopped_early"] = said
+        if self.environment.shape_class is not None:
+            self.cut_short = said  # the shape stops the test at its next tick
+        else:
+            runner = self.environment.runner
+            gevent.spawn(runner.quit if self.opts.headless else runner.stop)
 
     def on_lost(self, record: RequestRecord) -> None:
         """A request whose worker died: its failed record, counted by Locust as well."""
@@ -325,6 +360,28 @@ class RunSession:
             snaps.append({**self.master_watch.snapshot(), "role": "master"})
         return snaps
 
+    def _search_hooks(self) -> SearchHooks:
+        """What the search mode's driver asks of the session: announcing a level to every process
+        that runs users, the run's records (the journal), and keys of the manifest."""
+        if self.workers is not None:
+            def announce(span: dict[str, Any]) -> None:
+                self.environment.runner.send_message(LEVEL_MESSAGE, span)
+        else:
+            def announce(span: dict[str, Any]) -> None:
+                announce_level(process_run(self.environment), span)
+        run_dir = self.run_dir
+        assert run_dir is not None
+        # a worker's count of requests in flight comes with its batches of records
+        settle_s = FLUSH_S + 0.2 if self.workers is not None else 0.1
+        return SearchHooks(announce, lambda: read_records(run_dir), self.note_in_manifest, settle_s)
+
+    def note_in_manifest(self, key: str, value: Any) -> None:
+        """A load mode's result (the search's) into the manifest, written at once: the session
+        stays the manifest's one writer, and a run killed later keeps what was decided."""
+        self.manifest[key] = value
+        if self.run_dir is not None:
+            write_manifest(self.run_dir, self.manifest)
+
     def edit_streams(self, users: int, spawn_rate: float | None) -> None:
         """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
         self.users_override = users
@@ -342,9 +399,7 @@ class RunSession:
         if driver is not None and not driver.finished.is_set():
             timeline = getattr(driver, "timeline", None)
             return timeline.users_wanted(time.time()) if timeline is not None else driver.users_wanted
-        users = self.opts.num_users or 1
-        load = self.profile.load if self.profile is not None and self.plays_load_modes else None
-        return ladder_levels(users, load.levels)[0] if load is not None and load.mode == "ladder" else users
+        return first_users(self.profile if self.plays_load_modes else None, self.opts.num_users or 1)
 
     def _default_label(self) -> str:
         if self.simulator is not None:
@@ -368,6 +423,8 @@ class ProtocolShape(LoadTestShape):
         driver = session.conductor
         # A driver from an earlier test (the web UI starts again) is finished and summarized.
         if driver is not None and driver.finished.is_set() and not session.summarized:
+            return None
+        if session.cut_short and not session.summarized:
             return None
         if opts.run_time and self.get_run_time() >= opts.run_time and not session.summarized:
             session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
@@ -447,6 +504,7 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
         begin_test(run, spec)
 
     runner.register_message(RUN_MESSAGE, on_spec)
+    runner.register_message(LEVEL_MESSAGE, lambda msg, **_: announce_level(run, msg.data))
     runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: [run.assignments.put(Assignment.from_message(data))
                                                               for data in msg.data])
     environment.events.report_to_master.add_listener(

@@ -1,0 +1,100 @@
+"""What a run checks about its target so that a wrong endpoint is said plainly, not measured.
+
+- The model: `GET /v1/models` lists what the server serves. A `--model` it does not list is
+  warned about once at the start (vLLM answers 404 for it; SGLang serves any name), and when the
+  list cannot be had the run says so instead of silently sending "default".
+- The first requests: when the first `FIRST_REQUESTS` of a run all fail for the same reason, the
+  run stops with that reason (`--keep-going` runs on), rather than marching through its plan for
+  minutes. A TLS failure against an `https://` target that answers plain HTTP gets a hint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from loadlib.http1 import Connection, Endpoint, TransportError
+
+FIRST_REQUESTS = 8
+FALLBACK_MODEL = "default"
+
+
+@dataclass(frozen=True)
+class ModelList:
+    """What `GET /v1/models` said: the ids, or why there are none."""
+
+    ids: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    def choose(self, requested: str) -> tuple[str, str | None]:
+        """The model to request and a warning to give once (None when all is well)."""
+        if requested:
+            if self.ids and requested not in self.ids:
+                return requested, (f"--model {requested}: the server lists {', '.join(self.ids)} (vLLM answers 404 "
+                                   "for a model it does not list; SGLang serves any name)")
+            return requested, None
+        if self.ids:
+            return self.ids[0], None
+        return FALLBACK_MODEL, f"GET /v1/models: {self.problem or 'no models listed'}; requests ask for model " \
+                               f"{FALLBACK_MODEL!r} (give --model)"
+
+
+def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = True,
+                timeout_s: float = 10.0) -> ModelList:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls)
+    try:
+        response = connection.request("GET", "/v1/models", headers=headers)
+        if response.status != 200:
+            return ModelList(problem=f"HTTP {response.status}")
+        data = orjson.loads(response.body).get("data") or []
+        ids = [str(model["id"]) for model in data if isinstance(model, dict) and "id" in model]
+        return ModelList(ids) if ids else ModelList(problem="the answer lists no model ids")
+    except TransportError as exc:
+        return ModelList(problem=_redacted(str(exc), api_key))
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return ModelList(problem="the answer is not the OpenAI models list")
+    finally:
+        connection.close()
+
+
+def answers_plain_http(base_url: str, timeout_s: float = 5.0) -> bool:
+    """Whether an `https://` target's port answers plain HTTP (a TLS handshake there fails)."""
+    endpoint = Endpoint.parse(base_url)
+    if endpoint.scheme != "https":
+        return False
+    plain = Connection(Endpoint("http", endpoint.host, endpoint.port, endpoint.prefix), timeout=timeout_s)
+    try:
+        return plain.request("GET", "/v1/models").status > 0
+    except TransportError:
+        return False
+    finally:
+        plain.close()
+
+
+class FirstFailures:
+    """Watches a run's first records: `see` returns the reason to stop when the first
+    `FIRST_REQUESTS` all failed alike (the reason up to its first ':'), else None."""
+
+    def __init__(self, count: int = FIRST_REQUESTS) -> None:
+        self.count = count
+        self.kinds: list[str | None] = []
+
+    @property
+    def watching(self) -> bool:
+        return len(self.kinds) < self.count
+
+    def see(self, record: dict[str, Any]) -> str | None:
+        if not self.watching:
+            return None
+        error = record.get("error")
+        self.kinds.append(str(error).split(":", 1)[0] if error else None)
+        if len(self.kinds) == self.count and self.kinds[0] is not None and len(set(self.kinds)) == 1:
+            return str(error)
+        return None
+
+
+def _redacted(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
