@@ -150,8 +150,9 @@ def client_watch_section(manifest: Mapping[str, Any]) -> Section:
                for number, snap in enumerate(snapshots, start=1) if client_limited([snap])]
     table = pd.DataFrame(flagged, columns=WATCH_COLUMNS)
     reasons = client_limited(snapshots)
-    title = ("CLIENT MAY HAVE LIMITED THESE FIGURES: " + "; ".join(reasons) if reasons
-             else "Client self-watch: no process near its limits")
+    headline = ("CLIENT MAY HAVE LIMITED THESE FIGURES" if any(r.startswith("client short of CPU") for r in reasons)
+                else "TIMESTAMPS MAY BE LATE")
+    title = (f"{headline}: " + "; ".join(reasons) if reasons else "Client self-watch: no process near its limits")
     return Section(
         "client_watch", title, table, pd.DataFrame({
             "process": text.column(table["process"], 0),

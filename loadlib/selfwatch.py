@@ -6,6 +6,13 @@ process CPU time over wall time is the share of a core this process used. Lag co
 a request is in flight (`in_flight`, kept by the users): a pause while nothing is being timed
 (start-up, the end-of-run summary) delays no measurement.
 
+Lag alone does not say whose fault it was. Each second the watch also reads how busy the machine
+was: processes waiting to run (`procs_running` in /proc/stat, against the cores), the CPU share
+stolen by a hypervisor, and this process's involuntary context switches. A client near a whole
+core was short of CPU itself (it may have capped the load and delayed timestamps); a client with
+CPU to spare on a busy machine lost its turn to other processes (its timestamps may be late by
+about the lag, the load it offered was not limited by it).
+
 Its memory does not grow with the run: lags go into a fixed histogram of 0.1 ms buckets, CPU
 shares into a running sum and maximum. The master watches itself too (`role` "master"): it times
 nothing, but a master short of CPU receives records late and spawns users late.
@@ -13,14 +20,18 @@ nothing, but a master short of CPU receives records late and spawns users late.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import gevent
 import numpy as np
+import psutil
 
 CPU_LIMIT_SHARE = 0.9  # above this, the client may have been the bottleneck
 LAG_LIMIT_S = 0.005  # a p99 loop lag above this may have delayed timestamps
+STEAL_LIMIT_SHARE = 0.05  # more of the CPU stolen than this: a busy host
+SWITCHES_LIMIT_PER_S = 100.0  # more involuntary context switches a second: the process lost its turn
 
 
 LAG_BUCKET_S = 0.0001
@@ -37,6 +48,7 @@ class SelfWatch:
         self.cpu_share_sum = 0.0
         self.cpu_share_max = 0.0
         self.cpu_windows = 0  # one a second
+        self.machine = MachineLoad()
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
@@ -67,6 +79,7 @@ class SelfWatch:
                 self.cpu_share_sum += share
                 self.cpu_share_max = max(self.cpu_share_max, share)
                 self.cpu_windows += 1
+                self.machine.sample(now - window_wall)
                 window_wall, window_cpu = now, cpu
 
     def snapshot(self) -> dict[str, Any]:
@@ -80,6 +93,7 @@ class SelfWatch:
             "loop_lag_p99_s": self._lag_quantile(0.99),
             "loop_lag_max_s": self.lag_max_s,
             "samples": int(self.lag_counts.sum()),
+            **self.machine.snapshot(),
         }
 
     def _lag_quantile(self, q: float) -> float:
@@ -92,13 +106,80 @@ class SelfWatch:
 
 
 def client_limited(snapshots: list[dict[str, Any]]) -> list[str]:
-    """Reasons to suspect the client limited the figures, from one snapshot per process."""
+    """Reasons to suspect the figures were limited or their timestamps delayed on the client's
+    side, one snapshot per process, each worded for what it means for the figures."""
     reasons = []
     for snap in snapshots:
+        who = "the master (it receives every record and spawns the users)" if snap.get("role") == "master" \
+            else "a client process"
+        lag_ms = snap.get("loop_lag_p99_s", 0.0) * 1000
         if snap.get("cpu_share_max", 0.0) > CPU_LIMIT_SHARE:
-            who = ("the master (it receives every record and spawns the users)" if snap.get("role") == "master"
-                   else "a client process")
-            reasons.append(f"{who} used {snap['cpu_share_max']:.0%} of a core")
-        if snap.get("loop_lag_p99_s", 0.0) > LAG_LIMIT_S:
-            reasons.append(f"client event-loop lag p99 was {snap['loop_lag_p99_s'] * 1000:.1f} ms")
+            reasons.append(f"client short of CPU: {who} used {snap['cpu_share_max']:.0%} of a core, so it may "
+                           f"have capped the load and read streams late (event-loop lag p99 {lag_ms:.1f} ms)")
+        elif lag_ms > LAG_LIMIT_S * 1000:
+            if machine_busy(snap):
+                reasons.append(f"machine busy, not the client: {who} used only {snap.get('cpu_share_max', 0.0):.0%} "
+                               f"of a core while {snap.get('run_queue_max', 0):.0f} processes wanted "
+                               f"{snap.get('cores', 0)} cores (steal {snap.get('steal_share_max', 0.0):.0%}, "
+                               f"{snap.get('involuntary_switches_per_s', 0.0):.0f} forced switches/s); timestamps may "
+                               f"be late by up to the event-loop lag p99 {lag_ms:.1f} ms, the load offered was not "
+                               "limited by the client")
+            else:
+                reasons.append(f"client event-loop lag p99 was {lag_ms:.1f} ms: timestamps may be late by up to that")
     return reasons
+
+
+def machine_busy(snap: dict[str, Any]) -> bool:
+    """Whether other processes took the CPU from this one (run queue above the cores, steal, or
+    many involuntary context switches)."""
+    return (snap.get("run_queue_max", 0) > snap.get("cores", 1 << 30)
+            or snap.get("steal_share_max", 0.0) > STEAL_LIMIT_SHARE
+            or snap.get("involuntary_switches_per_s", 0.0) > SWITCHES_LIMIT_PER_S)
+
+
+class MachineLoad:
+    """Once a second: processes waiting to run, CPU steal, and this process's involuntary context
+    switches (Linux's /proc/stat and psutil; elsewhere only the switches)."""
+
+    def __init__(self) -> None:
+        self.cores = os.cpu_count() or 1
+        self.run_queue_max = 0
+        self.steal_share_max = 0.0
+        self.switches = 0
+        self.seconds = 0.0
+        self._process = psutil.Process()
+        self._last_switches = self._process.num_ctx_switches().involuntary
+        self._last_cpu = _cpu_jiffies()
+
+    def sample(self, elapsed_s: float) -> None:
+        switches = self._process.num_ctx_switches().involuntary
+        self.switches += switches - self._last_switches
+        self.seconds += elapsed_s
+        self._last_switches = switches
+        cpu = _cpu_jiffies()
+        if cpu is not None and self._last_cpu is not None:
+            total = sum(cpu[0]) - sum(self._last_cpu[0])
+            if total > 0:
+                self.steal_share_max = max(self.steal_share_max, (cpu[0][7] - self._last_cpu[0][7]) / total)
+            self.run_queue_max = max(self.run_queue_max, cpu[1] - 1)  # less this process itself
+        self._last_cpu = cpu
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"cores": self.cores, "run_queue_max": self.run_queue_max, "steal_share_max": self.steal_share_max,
+                "involuntary_switches_per_s": self.switches / self.seconds if self.seconds else 0.0}
+
+
+def _cpu_jiffies() -> tuple[list[int], int] | None:
+    """(the aggregate `cpu` line's jiffies, `procs_running`) from /proc/stat; None without it."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            text = stat.read().decode()
+    except OSError:
+        return None
+    jiffies, running = [], 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            jiffies = [int(v) for v in line.split()[1:]] + [0] * 8
+        elif line.startswith("procs_running"):
+            running = int(line.split()[1])
+    return jiffies, running

@@ -29,4 +29,23 @@ def test_a_blocked_loop_shows_as_lag_while_requests_are_in_flight_and_memory_sta
 
 def test_a_master_short_of_cpu_is_named_as_the_master():
     reasons = client_limited([{"role": "master", "cpu_share_max": 0.97}, {"role": "client", "cpu_share_max": 0.2}])
-    assert reasons == ["the master (it receives every record and spawns the users) used 97% of a core"]
+    assert len(reasons) == 1 and reasons[0].startswith(
+        "client short of CPU: the master (it receives every record and spawns the users) used 97% of a core")
+
+
+def test_lag_on_a_busy_machine_is_told_apart_from_a_client_short_of_cpu():
+    busy = {"cpu_share_max": 0.07, "loop_lag_p99_s": 0.035, "cores": 2, "run_queue_max": 6,
+            "steal_share_max": 0.0, "involuntary_switches_per_s": 40.0}
+    idle = {**busy, "run_queue_max": 1, "involuntary_switches_per_s": 2.0}
+    assert client_limited([busy])[0].startswith("machine busy, not the client: a client process used only 7%")
+    assert client_limited([idle])[0].startswith("client event-loop lag p99 was 35.0 ms")
+
+
+def test_the_watch_reads_how_busy_the_machine_is():
+    watch = SelfWatch(interval_s=0.01)
+    watch.start()
+    gevent.sleep(1.2)
+    watch.stop()
+    snap = watch.snapshot()
+    assert snap["cores"] >= 1 and snap["run_queue_max"] >= 0 and 0.0 <= snap["steal_share_max"] <= 1.0
+    assert snap["involuntary_switches_per_s"] >= 0.0

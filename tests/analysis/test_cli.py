@@ -22,7 +22,7 @@ def test_report_prints_the_manifest_then_the_live_summary_to_the_character(write
     (run_dir / "metrics.jsonl").write_bytes(b"".join(orjson.dumps(entry) + b"\n" for entry in sglang_scrapes(
         "single", "single", 1_699_999_999.0, 1_700_000_010.0, accept_length=3.5)))
     live = render_summary(protocol_records, manifest, run_dir)
-    assert "CLIENT MAY HAVE LIMITED THESE FIGURES: a client process used 97% of a core" in live
+    assert "CLIENT MAY HAVE LIMITED THESE FIGURES: client short of CPU: a client process used 97% of a core" in live
     server_view = live.split("Server view per cell")[1]  # Σcomp/Σchunks = 1405/400 = 3.51 against 3.50
     assert "  target   single         3.50        gauge               3.51   +0.4%" in server_view
     assert main(["report", str(run_dir)]) == 0

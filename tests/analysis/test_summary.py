@@ -128,7 +128,7 @@ def test_a_free_running_run_has_no_rounds_and_no_protocol_tables():
 
 CLIENT_NOTE = """
 
-CLIENT MAY HAVE LIMITED THESE FIGURES: a client process used 95% of a core; client event-loop lag p99 was 12.0 ms
+CLIENT MAY HAVE LIMITED THESE FIGURES: client short of CPU: a client process used 95% of a core, so it may have capped the load and read streams late (event-loop lag p99 12.0 ms)
   process   CPU share mean   CPU share max   loop lag p50 ms   loop lag p99 ms   loop lag max ms   samples
         2              50%             95%               0.5              12.0              20.0       100"""
 CALM = {"cpu_share_mean": 0.2, "cpu_share_max": 0.3, "loop_lag_p50_s": 0.0, "loop_lag_p99_s": 0.001,
