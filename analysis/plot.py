@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from analysis.rundir import Run
 from analysis.summary import CASE_LABELS, ProtocolTables, cell_order, scenario_label
 from loadlib import metrics
+from loadlib import search as search_module
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
 CASE_STYLE = {"same": "-", "different": "--"}
@@ -32,6 +33,7 @@ def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
         "ttft_distribution.png": ttft_distribution(runs),
         "prefill_vs_prompt_size.png": prefill_vs_prompt_size(runs),
         **{f"timeline_{_safe(run.label)}.png": timeline(run) for run in runs},
+        **{f"search_{_safe(run.label)}.png": search(run) for run in runs},
     }
     written = []
     for name, figure in charts.items():
@@ -202,6 +204,51 @@ def timeline(run: Run) -> Figure | None:
     _shade_cells(df, top, bottom)
     fig.suptitle(f"Timeline of {run.label}: requests in flight (top) and decode throughput (bottom), "
                  "shaded by cell")
+    return fig
+
+
+VERDICT_COLORS = {"held": "tab:green", "broke": "tab:red", "close": "tab:orange", "failed": "black"}
+
+
+def search(run: Run) -> Figure | None:
+    """A capacity search: each SLO figure the search judged against the level (whisker = its
+    bootstrap range, colour = the level's verdict), the SLO's line, and the capacity found."""
+    result = run.manifest.get("search") or {}
+    levels = pd.DataFrame(result.get("levels") or [])
+    slo = result.get("slo") or {}
+    panels = [(key, label, target) for key, label, target in (
+        ("ttft", f"TTFT p{slo.get('ttft_p') or 0:g}, s", slo.get("ttft_s") if slo.get("ttft_p") else None),
+        ("decode", f"decode t/s, p{100 - (slo.get('decode_p') or 0):g} (slow tail)",
+         slo.get("decode_tps") if slo.get("decode_p") else None),
+        ("goodput", "share of requests meeting the targets", slo.get("goodput")),
+    ) if target is not None]
+    if levels.empty or not panels:
+        return None
+    levels = levels.sort_values("value")
+    users = result["variable"] == "users"
+    fig = Figure(figsize=(6 + 3 * len(panels), 5), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharex=True))
+    columns = {"ttft": ("ttft_s", "ttft_low", "ttft_high"), "decode": ("decode_tps", "decode_low", "decode_high"),
+               "goodput": ("goodput", "goodput_low", "goodput_high")}
+    for ax, (key, label, target) in zip(axes, panels):
+        value, low, high = (levels[col].astype(float).to_numpy() for col in columns[key])
+        ax.plot(levels["value"], value, color="grey", linewidth=1, zorder=1)
+        for verdict, rows in levels.groupby("verdict", sort=False):
+            mask = levels["verdict"].to_numpy() == verdict
+            ax.errorbar(rows["value"], value[mask], yerr=[value[mask] - low[mask], high[mask] - value[mask]],
+                        fmt="o", capsize=4, color=VERDICT_COLORS.get(verdict, "grey"), label=verdict, zorder=2)
+        ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {target:g}")
+        if result.get("best") is not None:
+            ax.axvline(result["best"], color="tab:green", linestyle=":", linewidth=1.5,
+                       label=f"capacity {result['best']:g}{' users' if users else ' req/s'}")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("concurrent users (closed loop)" if users else "arrival rate, req/s (open loop)")
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(levels["value"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Capacity search of {run.label}: SLO figures per level (whisker = "
+                 f"{search_module.INTERVAL[0]:.0%}-{search_module.INTERVAL[1]:.0%} bootstrap range)")
     return fig
 
 

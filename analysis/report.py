@@ -28,7 +28,8 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
         *([] if "prefill" in shown else [prefill(metrics.prefill_table(df))]),
         *locust_csv.sections(run.locust),
     ]
-    return Document(summary.heading, sections, run.manifest, summary_dict(tables))
+    found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
+    return Document(summary.heading, sections, run.manifest, {**summary_dict(tables), **found})
 
 
 def single_details(single: pd.DataFrame) -> Section:

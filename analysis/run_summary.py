@@ -3,8 +3,8 @@
 
 Its text depends only on the records, the run's final manifest and the server's scrapes in the
 run directory, so the live summary and the report of the same run directory agree to the
-character. The protocol's tables appear when the protocol's cells ran, the steady state when
-free-running cells did; what a profile's scenarios add (prefill per size, cache state, turns),
+character. A capacity search's result comes first; the protocol's tables appear when the
+protocol's cells ran, the steady state when free-running cells did; what a profile's scenarios add (prefill per size, cache state, turns),
 the client's own limits and the server's view follow when the run has them.
 """
 
@@ -58,7 +58,8 @@ def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str
     """
     slo = slo or goodput_slo(manifest)
     tables = tables or ProtocolTables.from_frame(df)
-    found = protocol_sections(tables) if df["case"].isin(PROTOCOL_CASES).any() else []
+    found = [sections.search_section(manifest)]
+    found += protocol_sections(tables) if df["case"].isin(PROTOCOL_CASES).any() else []
     steady = metrics.steady_cells(df)
     steady_table = metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady)
     found += [sections.steady_state(steady_table, slo.ttft_s, slo.decode_tps),

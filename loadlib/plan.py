@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from loadlib.modes import TimedDriver, Timeline, free_running_cells
+from loadlib.modes import SearchDriver, SearchHooks, TimedDriver, Timeline, free_running_cells
 from loadlib.profiles import Profile
 from loadlib.protocol import Conductor, Driver
 from loadlib.scenarios import (Calibration, DistinctIssues, Filler, LongContext, Mix, MultiTurn,
@@ -46,11 +46,12 @@ def build_scenarios(profile: Profile, only: str | None = None) -> list[tuple[Sce
 
 
 def make_driver(profile: Profile, users: int, started_at: float, streams_in_flight: Callable[[], int],
-                **common: Any) -> Driver:
+                search: SearchHooks | None = None, **common: Any) -> Driver:
     """The coordinator's driver of the profile's load mode for `users` Locust users: the rounds
-    conductor, or the timeline of a free-running mode starting at `started_at` (wall clock), which
-    ends when `streams_in_flight()` drops to 0 after its last cell; `common` are the `Driver`
-    arguments (build_body, dispatch, capacity, flush, timings)."""
+    conductor, the timeline of a free-running mode starting at `started_at` (wall clock), which
+    ends when `streams_in_flight()` drops to 0 after its last cell, or the capacity search from
+    `started_at` (which needs the session's `search` hooks); `common` are the `Driver` arguments
+    (build_body, dispatch, capacity, flush, timings)."""
     load = profile.load
     if load.mode == "rounds":
         concurrency = [n for n in load.concurrency if n <= users]
@@ -58,5 +59,8 @@ def make_driver(profile: Profile, users: int, started_at: float, streams_in_flig
                 for cell in scenario.round_cells(concurrency, load.rounds)]
         return Conductor(plan, users=users, **common)
     mix = Mix(build_scenarios(profile), profile.seed)
+    if load.mode == "search":
+        assert search is not None, "the search mode needs the session's hooks"
+        return SearchDriver(load, profile.slo, mix, users, started_at, streams_in_flight, search, **common)
     timeline = Timeline(tuple(free_running_cells(profile, users, mix)), started_at)
     return TimedDriver(timeline, streams_in_flight, **common)

@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-MODES = ("rounds", "closed", "open", "ladder")
+MODES = ("rounds", "closed", "open", "ladder", "search")
 # "on"/"off" send chat_template_kwargs.enable_thinking, "server" sends none (the template decides);
 # TOML's true/false mean on/off
 Thinking = Annotated[Literal["server", "on", "off"],
@@ -49,10 +49,31 @@ class RequestSpec(_Strict):
 
 
 class Slo(_Strict):
-    """Targets for goodput: a request meets the SLO when both figures are met."""
+    """Targets for goodput: a request meets the SLO when both figures are met. The search mode
+    judges a level by those of its criteria that are set: this percentile of TTFT at most
+    `ttft_s`; `decode_p` % of requests decoding at least `decode_tps` (the slow tail, so its
+    (100 - decode_p)th percentile); `goodput`: this share of requests meeting both."""
 
     ttft_s: PositiveFloat | None = None
     decode_tps: PositiveFloat | None = None
+    ttft_p: float | None = Field(None, gt=0, lt=100)
+    decode_p: float | None = Field(None, gt=0, lt=100)
+    goodput: float | None = Field(None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _targets_for_percentiles(self) -> "Slo":
+        if self.ttft_p is not None and self.ttft_s is None:
+            raise ValueError("ttft_p needs ttft_s (the TTFT its percentile must stay under)")
+        if self.decode_p is not None and self.decode_tps is None:
+            raise ValueError("decode_p needs decode_tps (the decode rate that share of requests must reach)")
+        if self.goodput is not None and self.ttft_s is None and self.decode_tps is None:
+            raise ValueError("goodput needs ttft_s or decode_tps (what a request must meet)")
+        return self
+
+    @property
+    def judges(self) -> bool:
+        """Whether it sets a criterion a level can be judged by (the search mode needs one)."""
+        return self.ttft_p is not None or self.decode_p is not None or self.goodput is not None
 
 
 class _ScenarioSpec(_Strict):
@@ -215,7 +236,53 @@ class OpenLoad(_Strict):
     warmup_s: NonNegativeFloat = 0.0
 
 
-Load = Annotated[Union[RoundsLoad, ClosedLoad, OpenLoad, LadderLoad], Field(discriminator="mode")]
+class SearchLoad(_Strict):
+    """Capacity search: levels of `variable` (closed-loop users, or an open-loop rate) judged
+    against the profile's [slo]; see `loadlib.search`."""
+
+    mode: Literal["search"]
+    variable: Literal["users", "rate"]
+    duration_s: PositiveFloat  # measured, per level
+    warmup_s: NonNegativeFloat = 0.0  # per level, before its measured part
+    start: PositiveFloat = 1.0  # the first level (users, or requests/s)
+    step: float = Field(2.0, gt=1)  # the climb multiplies the level by this until the SLO breaks
+    max_rate: PositiveFloat | None = None  # rate: the highest rate tried (users: -u)
+    precision: float = Field(0.1, ge=0.01, lt=1)  # rate: bisection ends when the bracket is this share of it
+    arrival: Literal["constant", "poisson"] = "constant"  # rate
+    jitter_s: NonNegativeFloat = 1.0  # users: first requests start spread over this many seconds
+    repeats: NonNegativeInt = 1  # a level too close to call runs again this many times
+
+    @field_validator("max_rate", "precision", "arrival")
+    @classmethod
+    def _rate_only(cls, value: Any, info: ValidationInfo) -> Any:
+        """Set for a users search, it would be ignored: refused (its default passes, as a dumped
+        profile sent to the workers has every key)."""
+        if info.data.get("variable") == "users" and value != cls.model_fields[info.field_name].default:
+            raise ValueError('only for variable = "rate" (a users search stops at -u)')
+        return value
+
+    @field_validator("jitter_s")
+    @classmethod
+    def _users_only(cls, value: float, info: ValidationInfo) -> float:
+        if info.data.get("variable") == "rate" and value != cls.model_fields[info.field_name].default:
+            raise ValueError('only for variable = "users"')
+        return value
+
+    @field_validator("start")
+    @classmethod
+    def _whole_users(cls, start: float, info: ValidationInfo) -> float:
+        if info.data.get("variable") == "users" and start != int(start):
+            raise ValueError(f"a number of users, got {start:g}")
+        return start
+
+    @model_validator(mode="after")
+    def _rate_has_a_ceiling(self) -> "SearchLoad":
+        if self.variable == "rate" and self.max_rate is None:
+            raise ValueError('variable = "rate" needs max_rate (the highest rate tried)')
+        return self
+
+
+Load = Annotated[Union[RoundsLoad, ClosedLoad, OpenLoad, LadderLoad, SearchLoad], Field(discriminator="mode")]
 
 
 class Profile(_Strict):
@@ -228,7 +295,16 @@ class Profile(_Strict):
     request: RequestSpec = RequestSpec()
     load: Load = RoundsLoad()
     scenarios: dict[str, ScenarioSpec] = Field(min_length=1)
-    slo: Slo = Slo()
+    slo: Slo = Field(Slo(), validate_default=True)  # validated even when absent: the search mode needs one
+
+    @field_validator("slo")
+    @classmethod
+    def _search_needs_a_target(cls, slo: Slo, info: ValidationInfo) -> Slo:
+        load = info.data.get("load")
+        if isinstance(load, SearchLoad) and not slo.judges:
+            raise ValueError("the search mode judges levels by ttft_p (with ttft_s), decode_p (with decode_tps) "
+                             "or goodput: set at least one")
+        return slo
 
     @field_validator("scenarios", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from loadlib.selfwatch import SelfWatch
 
 RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
 RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test
+LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.Span), as it is chosen
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
 LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator
@@ -42,7 +43,7 @@ LIVE_S = 1.0  # how often the running figures of streams in flight go to the coo
 class RunSpec:
     """What the coordinator announces at each test start, the same for every process."""
 
-    mode: str  # "rounds" | "closed" | "ladder" | "open" | "locust" (the locustfile's own users)
+    mode: str  # "rounds" | "closed" | "ladder" | "open" | "search" | "locust" (the locustfile's own users)
     model: str
     max_tokens: int  # the run's request defaults (a profile's [request] included)
     thinking: Any

@@ -35,14 +35,15 @@ from locust.env import Environment
 from loadlib import metrics
 from loadlib.cache import observed_state
 from loadlib.client import ChatClient, RequestTag, chat_body
-from loadlib.modes import ERROR_PAUSE_S, WARMUP, Timeline, arrival_offsets, free_running_cells
+from loadlib.modes import (ERROR_PAUSE_S, SEARCH, WARMUP, CellSource, LevelSchedule, Span, Timeline, arrival_offsets,
+                           first_users, free_running_cells)
 from loadlib.profiles import Profile
 from loadlib.protocol import Assignment
 from loadlib.records import RequestRecord
 from loadlib.runtime import ProcessRun, RunSpec, process_run
 from loadlib.scenarios import Cell, Job, Mix, Scenario
 
-FREE_RUNNING_MODES = ("closed", "ladder", "open")
+FREE_RUNNING_MODES = ("closed", "ladder", "open", SEARCH)
 CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users
 REQUEST_TYPE = "POST"
 _local_users = itertools.count()  # users of this process, in spawn order
@@ -198,7 +199,7 @@ class ScenarioUser(LLMUser):
     (the keys of a `[scenarios.NAME]` table); mix them with Locust's `weight` / `fixed_count`.
 
     Under a free-running profile (locustfiles/dflash.py) each request is labelled with the
-    timeline's cell; a ladder level's extra streams wait for their level.
+    cell running at send time; a ladder or search level's extra streams wait for their level.
     """
 
     abstract = True
@@ -227,7 +228,7 @@ class ScenarioUser(LLMUser):
 
     @task
     def send_next(self) -> None:
-        timeline: Timeline | None = self.process_run.state.get("timeline")
+        timeline: CellSource | None = self.process_run.state.get("timeline")
         cell = timeline.cell_at(time.time()) if timeline is not None else None
         if timeline is not None and (cell is None or self.stream >= _streams_of(cell)):
             gevent.sleep(max(min(timeline.next_change(time.time()) - time.time(), 0.5), 0.01))
@@ -249,9 +250,9 @@ class ScenarioUser(LLMUser):
 
 
 def _streams_of(cell: Cell) -> int:
-    """How many streams a cell runs: a ladder level its own; closed and warm-up cells as many as
-    are spawned (the web UI's Edit may change that)."""
-    return cell.concurrency if cell.case == "ladder" and cell.name != WARMUP else 1 << 30
+    """How many streams a cell runs: a ladder or search level (its warm-up too) its own; closed
+    cells as many as are spawned (the web UI's Edit may change that)."""
+    return cell.concurrency if cell.case in ("ladder", SEARCH) else 1 << 30
 
 
 class RadixHitUser(ScenarioUser):
@@ -301,8 +302,8 @@ class VisionUser(ScenarioUser):
 
 def profile_user_classes(profile: Profile) -> list[type[User]]:
     """The user classes a profile runs: one `ScenarioUser` per scenario with the scenario's weight
-    (closed, ladder), or the open mode's arrival slots."""
-    if profile.load.mode == "open":
+    (closed, ladder, users search), or the arrival slots of the open mode and the rate search."""
+    if profile.load.mode == "open" or getattr(profile.load, "variable", None) == "rate":
         return [ArrivalUser]
     return [type(name, (ScenarioUser,), {"abstract": False, "kind": spec.kind, "scenario_name": name,
                                           "weight": spec.weight, "__module__": __name__})
@@ -310,8 +311,9 @@ def profile_user_classes(profile: Profile) -> list[type[User]]:
 
 
 def begin_test(run: ProcessRun, spec: RunSpec) -> None:
-    """A test starts on this process: the spec, and for a free-running mode its profile and
-    timeline (the same on every process)."""
+    """A test starts on this process: the spec, and for a free-running mode its profile, its
+    scenarios' mix and its cells on the wall clock (the same on every process: a fixed timeline,
+    or the search's schedule that `announce_level` fills)."""
     from loadlib.plan import build_scenarios
 
     run.start(spec)
@@ -319,7 +321,24 @@ def begin_test(run: ProcessRun, spec: RunSpec) -> None:
         profile = Profile.model_validate(spec.profile)
         mix = Mix(build_scenarios(profile), profile.seed)
         run.state["profile"] = profile
-        run.state["timeline"] = Timeline(tuple(free_running_cells(profile, spec.users, mix)), spec.started_at)
+        run.state["mix"] = mix
+        if spec.mode == SEARCH:
+            run.state["timeline"] = LevelSchedule(spec.started_at, first_users(profile, spec.users))
+            run.state["arrivals"] = Queue()  # fed level by level
+        else:
+            run.state["timeline"] = Timeline(tuple(free_running_cells(profile, spec.users, mix)), spec.started_at)
+
+
+def announce_level(run: ProcessRun, message: dict[str, Any]) -> None:
+    """A search span (a level or its warm-up) announced by the coordinator: the users label their
+    requests with it while it runs; with a rate, this process feeds its share of its arrivals."""
+    span = Span.from_message(message, run.state["mix"])
+    run.state["timeline"].add(span)
+    if span.rate_rps is not None:
+        seed = run.state["profile"].seed
+        gevent.spawn(_feed, run, run.state["arrivals"], span.start, span.end, span.rate_rps,
+                     random.Random(f"{seed}/{span.number}"), random.Random(f"{seed}/{span.number}/picks"),
+                     lambda _at: span.cell)
 
 
 class ArrivalUser(LLMUser):
@@ -327,8 +346,7 @@ class ArrivalUser(LLMUser):
 
     def on_start(self) -> None:
         super().on_start()
-        timeline: Timeline = self.process_run.state["timeline"]
-        self.prepared("mix", lambda: timeline.cells[-1].scenario)  # the schedule's scenarios
+        self.prepared("mix", lambda: self.process_run.state["mix"])  # the schedule's scenarios
 
     @task
     def send_arrival(self) -> None:
@@ -363,22 +381,29 @@ def _arrivals(run: ProcessRun) -> Queue:
 
 
 def _feed_arrivals(run: ProcessRun, queue: Queue) -> None:
+    """The open mode's one schedule over its whole timeline, then the end."""
     profile: Profile = run.state["profile"]
     timeline: Timeline = run.state["timeline"]
     load = profile.load
-    members = timeline.cells[-1].scenario
-    assert isinstance(members, Mix)
+    _feed(run, queue, timeline.started_at, timeline.ends_at, load.rate_rps, random.Random(profile.seed),
+          random.Random(profile.seed + 1), lambda at: timeline.cell_at(at) or timeline.cells[-1])
+    for _ in range(max(run.spec.users if run.spec else 1, 1)):
+        queue.put(None)
+
+
+def _feed(run: ProcessRun, queue: Queue, start: float, end: float, rate_rps: float, times: random.Random,
+          picks: random.Random, cell_at: Callable[[float], Cell]) -> None:
+    """Puts this process's share of the arrivals from `start` to `end` (wall clock) in `queue` on
+    schedule: every process draws the same times and scenarios and keeps arrivals i = its index
+    mod processes."""
+    members: Mix = run.state["mix"]
+    arrival = getattr(run.state["profile"].load, "arrival", "constant")
     users = run.spec.users if run.spec else 1
-    offsets = arrival_offsets(load.rate_rps, load.arrival, timeline.ends_at - timeline.started_at,
-                              random.Random(profile.seed))
-    picks = random.Random(profile.seed + 1)
     index, count = run.worker_share
-    for number, offset in enumerate(offsets):
+    for number, offset in enumerate(arrival_offsets(rate_rps, arrival, end - start, times)):
         scenario = picks.choices(members.members, members.weights)[0]
         if number % count != index:
             continue
-        at = timeline.started_at + offset
+        at = start + offset
         gevent.sleep(max(at - time.time(), 0.0))
-        queue.put(_Arrival(at, timeline.cell_at(at) or timeline.cells[-1], scenario, number % users))
-    for _ in range(max(users, 1)):
-        queue.put(None)
+        queue.put(_Arrival(at, cell_at(at), scenario, number % users))

@@ -1,0 +1,299 @@
+"""Capacity search: whether a level held the SLO, and which level to try next.
+
+Pure (no Locust, no clock): `loadlib.modes.SearchDriver` runs each level and brings its records
+here; the result goes to the manifest, the summary, the report and the plot.
+
+A level is judged on its measured requests by the criteria the profile's `[slo]` sets (see
+`loadlib.profiles.Slo`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of
+requests decoding at least `decode_tps` (the slow tail: the (100 - `decode_p`)th percentile of
+per-request decode); `goodput`: that share of requests meeting both targets (a failure is a miss;
+an answer that came in one read, with no decode rate, is judged on its TTFT, as the steady-state
+goodput is). A percentile from a few dozen requests is noisy, so each figure comes with its
+uncertainty: the level's requests are resampled with replacement (`BOOTSTRAP` times, seeded by
+the level's cells so a recomputation agrees), and `pass_share` is the share of resamples in which
+every criterion holds. The level `held` when that share is at least `CONFIDENCE`, `broke` when it
+is at most 1 - `CONFIDENCE`, and is `close` otherwise; a level where the server failed a request
+`failed`.
+
+The search climbs from `start` by `step` until a level does not hold, then bisects between the
+last level that held and the first that did not, until they are adjacent (users) or within
+`precision` of each other (rate). A close level runs again (`repeats` times) and is judged on all
+its runs together; still close, it counts as not held, and the result says so rather than
+pretend precision. A level that held at the top (-u, `max_rate`) ends the search there.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlib.profiles import Slo
+
+BOOTSTRAP = 1000  # resamples of a level's requests
+CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
+INTERVAL = (0.05, 0.95)  # the figures' uncertainty: this range of their bootstrap distribution
+DEFAULT_P = 90.0  # the percentile shown for a figure the SLO does not judge
+RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the bootstrap goes in chunks beyond)
+HELD, BROKE, CLOSE, FAILED = "held", "broke", "close", "failed"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A level's figures with their bootstrap range, and its verdict."""
+
+    n: int  # measured requests
+    failed: int
+    ttft_p: float  # the percentile of TTFT judged (or shown)
+    ttft_s: float | None
+    ttft_low: float | None
+    ttft_high: float | None
+    decode_p: float  # the share of requests that must reach the decode target, in %
+    decode_tps: float | None  # the (100 - decode_p)th percentile of per-request decode
+    decode_low: float | None
+    decode_high: float | None
+    goodput: float | None  # share of requests meeting ttft_s and decode_tps (None: no target to meet)
+    goodput_low: float | None
+    goodput_high: float | None
+    pass_share: float  # share of resamples in which every criterion of the SLO held
+    verdict: str
+
+
+def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
+    """Judges one level from its records (`metrics.records_frame` rows: `ok`, `ttft_s`,
+    `decode_tps`) against the SLO's criteria (see the module docstring)."""
+    ok = frame["ok"].to_numpy(dtype=bool)
+    ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)
+    decode = np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan)
+    meets = _meets(ok, ttft, decode, slo)
+    ttft_q = (slo.ttft_p or DEFAULT_P) / 100
+    decode_q = 1 - (slo.decode_p or DEFAULT_P) / 100
+    n = len(frame)
+    point = _statistics(ttft[None, :], decode[None, :], meets[None, :], ttft_q, decode_q)
+    boot = _bootstrap(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
+    passed = _passes(boot, slo)
+    pass_share = float(passed.mean()) if n else 0.0
+    failed = int((~ok).sum())
+    if failed:
+        verdict = FAILED
+    elif pass_share >= CONFIDENCE:
+        verdict = HELD
+    elif pass_share <= 1 - CONFIDENCE:
+        verdict = BROKE
+    else:
+        verdict = CLOSE
+    has_target = slo.ttft_s is not None or slo.decode_tps is not None
+    goodput = _figure(point[2, 0], boot[2]) if has_target else (None, None, None)
+    return Judgement(n, failed, ttft_q * 100, *_figure(point[0, 0], boot[0]), (1 - decode_q) * 100,
+                     *_figure(point[1, 0], boot[1]), *goodput, pass_share, verdict)
+
+
+def _figure(point: float, resampled: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    """A figure and the `INTERVAL` range of its resampled values."""
+    if not np.isfinite(resampled).any():
+        return _finite(point), None, None
+    low, high = np.nanquantile(resampled, INTERVAL)
+    return _finite(point), _finite(low), _finite(high)
+
+
+def _meets(ok: np.ndarray, ttft: np.ndarray, decode: np.ndarray, slo: Slo) -> np.ndarray:
+    """Per request: succeeded, TTFT at most `ttft_s`, decode at least `decode_tps` (an answer
+    in one read has no decode rate and is judged on its TTFT), as `steady_state_table` counts it."""
+    meets = ok.copy()
+    if slo.ttft_s is not None:
+        meets &= ttft <= slo.ttft_s
+    if slo.decode_tps is not None:
+        meets &= ~(decode < slo.decode_tps)
+    return meets
+
+
+def _statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
+                decode_q: float) -> np.ndarray:
+    """Per row of resampled requests: TTFT percentile, decode tail percentile, goodput share
+    (rows x 3, transposed to 3 x rows); NaN where a row has no value to take it from."""
+    with warnings.catch_warnings():  # an all-NaN row (failures only) warns; NaN is its answer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.vstack([np.nanquantile(ttft, ttft_q, axis=1), np.nanquantile(decode, decode_q, axis=1),
+                          meets.mean(axis=1)])
+
+
+def _bootstrap(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
+               seed: int) -> np.ndarray:
+    """The statistics of `BOOTSTRAP` resamples (3 x BOOTSTRAP), in chunks of bounded memory."""
+    rng = np.random.default_rng(seed)
+    n = len(ttft)
+    chunk = max(RESAMPLE_CELLS // n, 1)
+    parts = []
+    for begin in range(0, BOOTSTRAP, chunk):
+        index = rng.integers(0, n, (min(chunk, BOOTSTRAP - begin), n))
+        parts.append(_statistics(ttft[index], decode[index], meets[index], ttft_q, decode_q))
+    return np.hstack(parts)
+
+
+def _passes(stats: np.ndarray, slo: Slo) -> np.ndarray:
+    """Per resample: every criterion the SLO sets holds (a missing figure does not hold)."""
+    passed = np.ones(stats.shape[1], dtype=bool)
+    if slo.ttft_p is not None:
+        passed &= stats[0] <= slo.ttft_s
+    if slo.decode_p is not None:
+        passed &= stats[1] >= slo.decode_tps
+    if slo.goodput is not None:
+        passed &= stats[2] >= slo.goodput
+    return passed
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def level_seed(cells: tuple[str, ...]) -> int:
+    """The bootstrap's seed for a level: from its cells, so the same records give the same range."""
+    return zlib.crc32(",".join(cells).encode())
+
+
+# --- the search ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One run of a level: its value, the cell its records carry, and every cell of the level so
+    far (this one included), which it is judged on."""
+
+    value: float
+    cell: str
+    cells: tuple[str, ...]
+
+
+@dataclass
+class Level:
+    value: float  # users, or requests/s
+    cells: list[str] = field(default_factory=list)
+    judgement: Judgement | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.judgement is not None and self.judgement.verdict == HELD
+
+    def to_dict(self) -> dict[str, Any]:
+        judgement = asdict(self.judgement) if self.judgement is not None else {}
+        return {"value": self.value, "cell": self.cells[0], "cells": self.cells, "runs": len(self.cells),
+                **judgement}
+
+
+def cell_name(variable: str, value: float, run: int = 1) -> str:
+    """A level's cell: "search-u4", "search-12rps"; a level run again adds "-r2", "-r3"."""
+    name = f"search-u{int(value)}" if variable == "users" else f"search-{value:g}rps"
+    return name if run == 1 else f"{name}-r{run}"
+
+
+class Search:
+    """Which level runs next, from the verdicts so far (see the module docstring)."""
+
+    def __init__(self, variable: str, start: float, top: float, step: float = 2.0, precision: float = 0.1,
+                 repeats: int = 1) -> None:
+        self.variable = variable
+        self.top = self._rounded(top)
+        self.start = min(self._rounded(start), self.top)
+        self.step = step
+        self.precision = precision
+        self.repeats = repeats
+        self.levels: dict[float, Level] = {}  # in the order tried
+        self.order: list[float] = []  # values in the order run (a repeated level twice)
+        self.stopped = ""  # why the search ended, once it has
+
+    @property
+    def best(self) -> float | None:
+        """The highest level that held."""
+        return max((level.value for level in self.levels.values() if level.held), default=None)
+
+    @property
+    def first_bad(self) -> float | None:
+        """The lowest level judged and not held (broke, failed, or too close to call)."""
+        return min((level.value for level in self.levels.values()
+                    if level.judgement is not None and not level.held), default=None)
+
+    def next_step(self) -> Step | None:
+        """The next run, or None when the search is over (`stopped` says why)."""
+        value = self._next_value()
+        if value is None:
+            return None
+        level = self.levels.get(value) or Level(value)
+        cell = cell_name(self.variable, value, len(level.cells) + 1)
+        return Step(value, cell, (*level.cells, cell))
+
+    def record(self, step: Step, judgement: Judgement) -> None:
+        """A run's judgement (over `step.cells`, every run of its level)."""
+        level = self.levels.setdefault(step.value, Level(step.value))
+        level.cells = list(step.cells)
+        level.judgement = judgement
+        self.order.append(step.value)
+
+    def _next_value(self) -> float | None:
+        if not self.order:
+            return self.start
+        last = self.levels[self.order[-1]]
+        assert last.judgement is not None
+        if last.judgement.verdict == CLOSE and len(last.cells) <= self.repeats:
+            return last.value
+        good, bad = self.best, self.first_bad
+        if bad is None:
+            if good is not None and good >= self.top:
+                self.stopped = f"held at the top ({self._top_name()} {self._text(self.top)}): the capacity may be higher"
+                return None
+            assert good is not None  # every level so far held
+            return min(self._up(good), self.top)
+        if good is None:
+            self.stopped = f"the first level ({self._text(bad)}) did not hold: start lower"
+            return None
+        middle = self._middle(good, bad)
+        if middle is None:
+            self.stopped = f"bracketed: {self._text(good)} held, {self._text(bad)} did not"
+            return None
+        return middle
+
+    def _up(self, value: float) -> float:
+        if self.variable == "users":
+            return max(int(value) + 1, math.ceil(value * self.step))
+        return self._rounded(value * self.step)
+
+    def _middle(self, good: float, bad: float) -> float | None:
+        """The bisection's next level, or None when the bracket is as narrow as it gets."""
+        if self.variable == "users":
+            middle = int(good + bad) // 2
+        elif bad - good <= self.precision * good:
+            return None
+        else:
+            middle = self._rounded((good + bad) / 2)
+        return middle if good < middle < bad and middle not in self.levels else None
+
+    def _rounded(self, value: float) -> float:
+        """Users are whole; rates keep three significant digits (readable cell names)."""
+        return int(value) if self.variable == "users" else float(f"{value:.3g}")
+
+    def _top_name(self) -> str:
+        return "-u" if self.variable == "users" else "max_rate"
+
+    def _text(self, value: float) -> str:
+        return f"{int(value)} users" if self.variable == "users" else f"{value:g} req/s"
+
+    def result(self, slo: Slo) -> dict[str, Any]:
+        """The search as the manifest keeps it (and the report shows it): the variable, the SLO
+        judged, the best level, the bracket, why it stopped, every level in the order tried."""
+        close = [level.value for level in self.levels.values()
+                 if level.judgement is not None and level.judgement.verdict == CLOSE]
+        return {"variable": self.variable, "slo": slo.model_dump(), "best": self.best,
+                "bracket": [self.best, self.first_bad], "stopped": self.stopped, "too_close": close,
+                "levels": [self.levels[value].to_dict() for value in dict.fromkeys(self.order)]}
+
+    def progress(self) -> str:
+        """One line for the live view: verdicts so far and the bracket."""
+        verdicts = ", ".join(f"{self._text(level.value)} {level.judgement.verdict}"
+                             for level in self.levels.values() if level.judgement is not None)
+        good, bad = self.best, self.first_bad
+        bracket = (f"bracket {self._text(good) if good is not None else 'none'} .. "
+                   f"{self._text(bad) if bad is not None else self._text(self.top) + ' (top)'}")
+        return f"{verdicts or 'no level judged yet'}; {bracket}"
