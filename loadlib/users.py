@@ -342,11 +342,12 @@ def announce_level(run: ProcessRun, message: dict[str, Any]) -> None:
 
 
 class ArrivalUser(LLMUser):
-    """A free user of the open mode: sends arrivals of this process's share of the schedule."""
+    """A free user of the open mode or the rate search: sends arrivals of this process's share of
+    the schedule."""
 
     def on_start(self) -> None:
         super().on_start()
-        self.prepared("mix", lambda: self.process_run.state["mix"])  # the schedule's scenarios
+        self.prepared(ArrivalUser, lambda: self.process_run.state["mix"])  # the schedule's scenarios, primed once
 
     @task
     def send_arrival(self) -> None:
