@@ -40,7 +40,8 @@ def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request
     (tmp_path / "mylocust.py").write_text(code, encoding="utf-8")
     started = time.monotonic()
     result = locust(["-f", "mylocust.py", "--headless", "-u", "6", "-r", "6", "-t", "20s", "--csv", "own",
-                     "--run-dir", "run", "--sim-args", FAST_SIM, "--loglevel", "WARNING"], tmp_path)
+                     "--html", "own.html", "--run-dir", "run", "--sim-args", FAST_SIM, "--loglevel", "WARNING"],
+                    tmp_path)
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -59,6 +60,8 @@ def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request
     assert ours.loc["short", "Requests"] == by_name["short"]
     assert 0 < ours.loc["short", "TTFT p50 ms"] < ours.loc["short", "TTFT p99 ms"] + 1e-9
     assert "uni-bench summary: locust run" in result.stdout and "CUT SHORT" not in result.stdout
+    html = (tmp_path / "own.html").read_text(encoding="utf-8")
+    assert "LLM figures (uni-bench)" in html and "uni-bench summary: locust run" in html
     report = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run")],
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0 and "short" in report.stdout
