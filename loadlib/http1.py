@@ -104,6 +104,8 @@ class Collector:
             data = data[:self.room]
             self.room -= len(data)
             self.pieces.append(data)
+        elif self.arrivals:  # past the limit only the time of the last byte is still of use
+            self.arrivals.pop()
         self.arrivals.append(t)
 
 
