@@ -40,7 +40,7 @@ def search_section(manifest: Mapping[str, Any]) -> Section:
     return Section(
         "search", search_title(result), table.assign(cells=[",".join(cells) for cells in table["cells"]]),
         pd.DataFrame({
-            "users" if users else "req/s": text.column(table["value"], 0 if users else 2),
+            "users" if users else "req/s": [f"{value:g}" for value in table["value"]],
             "cells": [", ".join(cells) for cells in table["cells"]],
             "n": text.column(table["n"], 0), "failed": text.column(table["failed"], 0),
             f"TTFT p{ttft_p:g} s": _ranged(table["ttft_s"], table["ttft_low"], table["ttft_high"], 3),

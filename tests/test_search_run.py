@@ -1,0 +1,117 @@
+"""The capacity search through real headless Locust against the time-scaled simulator with two
+running requests at most: a third stream queues, so an SLO on TTFT that queueing breaks puts the
+capacity at 2 streams; the result reaches the manifest, the summary, the report and its plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FAST_SIM, free_port, run_locust
+from tests.profile_runs import run_profile
+
+QUEUEING_SIM = f"{FAST_SIM} --max-running-requests 2"
+
+USERS_SEARCH = """
+[request]
+max_tokens = 768
+[load]
+mode = "search"
+variable = "users"
+duration_s = 3
+warmup_s = 0.5
+jitter_s = 0.1
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 0.12
+ttft_p = 90
+"""
+
+
+def report_json(run_dir) -> dict:
+    out = subprocess.run([sys.executable, "-m", "analysis", "report", str(run_dir), "--json"], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(tmp_path, processes):
+    args = []
+    if processes > 1:
+        port = str(free_port())
+        args = ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                "--master-port", port]
+    result, df = run_profile(tmp_path, USERS_SEARCH, 8, *args, sim=QUEUEING_SIM)
+    search = report_json(tmp_path / "run")["search"]
+    assert search["variable"] == "users" and search["best"] == 2 and search["bracket"] == [2, 3]
+    levels = {level["value"]: level for level in search["levels"]}
+    assert list(levels) == [1, 2, 4, 3]  # doubling until the SLO broke, then the bisection
+    assert levels[2]["verdict"] == "held" and levels[3]["verdict"] == "broke"
+    assert levels[2]["ttft_s"] <= 0.12 < levels[3]["ttft_s"]
+    measured = df[df["measured"]]
+    assert set(measured["cell"]) == {"search-u1", "search-u2", "search-u4", "search-u3"}  # a cell per level
+    for level in levels.values():  # judged on its own records
+        assert level["n"] == (measured["cell"] == level["cell"]).sum()
+    assert measured.groupby("cell")["slot"].nunique().to_dict() == {f"search-u{n}": n for n in (1, 2, 3, 4)}
+    if processes > 1:
+        assert set(measured["worker"]) == {0, 1}
+    assert "Capacity search over closed-loop users: best 2 users" in result.stdout
+
+
+RATE_SEARCH = """
+[request]
+max_tokens = 256
+[load]
+mode = "search"
+variable = "rate"
+start = 4
+max_rate = 64
+precision = 0.25
+duration_s = 3
+warmup_s = 0.5
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 0.15
+ttft_p = 90
+decode_tps = 1000
+decode_p = 90
+"""
+
+
+def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(tmp_path):
+    """Open loop: at 32 req/s the queue grows without bound, at 8 it does not."""
+    result, df = run_profile(tmp_path, RATE_SEARCH, 32, sim=QUEUEING_SIM)
+    search = report_json(tmp_path / "run")["search"]
+    levels = {level["value"]: level for level in search["levels"]}
+    assert list(levels)[:4] == [4, 8, 16, 32] or list(levels)[:3] == [4, 8, 16]
+    assert levels[4]["verdict"] == levels[8]["verdict"] == "held" and levels[32 if 32 in levels else 16]["verdict"] != "held"
+    good, bad = search["bracket"]
+    assert 8 <= good < bad <= 32 and bad - good <= 0.25 * good
+    measured = df[df["measured"]]
+    for level in levels.values():  # each level's arrivals at its rate
+        cell = measured[measured["cell"] == level["cell"]]
+        assert len(cell) == pytest.approx(level["value"] * 3, abs=1)
+    assert f"best {good:g} req/s" in result.stdout
+    plots = subprocess.run([sys.executable, "-m", "analysis", "plot", str(tmp_path / "run"), "--out",
+                            str(tmp_path / "plots")], capture_output=True, text=True, check=True)
+    assert "search_run.png" in plots.stdout and (tmp_path / "plots" / "search_run.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("table, needle", [
+    ("[slo]\nttft_s = 1\nttft_pct = 90\n", "slo.ttft_pct: unknown key"),
+    ("[slo]\nttft_p = 90\n", "slo: ttft_p needs ttft_s"),
+    ("[slo]\nttft_s = 1\n", "slo: the search mode judges levels by ttft_p"),
+    ('[slo]\nttft_s = 1\nttft_p = 90\n[load]\nmode = "search"\nvariable = "users"\nduration_s = 1\nmax_rate = 4\n',
+     "load.max_rate: only for variable = \"rate\""),
+])
+def test_bad_search_or_slo_keys_stop_the_run_with_one_line_and_exit_code_2(tmp_path, table, needle):
+    load = '' if "[load]" in table else '[load]\nmode = "search"\nvariable = "users"\nduration_s = 1\n'
+    profile = tmp_path / "bad.toml"
+    profile.write_text(f"{load}{table}[scenarios.protocol]\n", encoding="utf-8")
+    result = run_locust(["--headless", "-u", "2", "--profile", str(profile)], cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {profile}: ") and needle in last
