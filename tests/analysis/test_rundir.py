@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import orjson
+import pandas as pd
 import pytest
 
 from analysis import rundir
 from analysis.rundir import RunDirError, SkippedLinesWarning, load_run, read_records_frame
+from tests.analysis.builders import build_record
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(write_run, protocol_records):
@@ -94,3 +97,21 @@ def test_compare_puts_locusts_totals_beside_each_run(write_run, protocol_records
     totals = next(s for s in compare([load_run(d) for d in run_dirs]).sections if s.key == "locust_totals")
     assert totals.view.values.tolist() == [["events", "12", "-"], ["failures", "1", "-"], ["events/s", "0.60", "-"],
                                            ["median", "130", "-"], ["p99", "130", "-"]]
+
+
+def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
+    """pyarrow's reader and the record-by-record one agree on every column, nulls, thinking words
+    (true, false, null), a missing `measured`, extra fields and a torn last line included."""
+    records = [build_record("single", "code", sent_at=1.0 + i, thinking=[True, False, None][i % 3],
+                            error=None if i % 4 else "http 500", ttft_s=None if i % 4 == 0 else 0.1,
+                            first_read_events=1, queue_s=None if i % 2 else 0.01) for i in range(40)]
+    records[5].pop("measured", None)
+    records[6]["measured"] = False
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records) + b'{"request_id": "torn", "sce')
+    with pytest.warns(SkippedLinesWarning, match="torn last line"):
+        fast = rundir._arrow_frame(path)
+    with pytest.warns(SkippedLinesWarning, match="torn last line"):
+        exact = rundir.exact_frame(path)
+    assert fast is not None and len(fast) == 39
+    pd.testing.assert_frame_equal(fast, exact, check_categorical=False)
