@@ -240,7 +240,7 @@ def search(run: Run) -> Figure | None:
         ax.axhline(target, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {target:g}")
         if result.get("best") is not None:
             ax.axvline(result["best"], color="tab:green", linestyle=":", linewidth=1.5,
-                       label=f"capacity {result['best']:g}{' users' if users else ' req/s'}")
+                       label=f"capacity {result['best']:g} {'users' if users else 'req/s'}")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("concurrent users (closed loop)" if users else "arrival rate, req/s (open loop)")
         ax.set_ylim(bottom=0)

@@ -57,7 +57,7 @@ def search_title(result: Mapping[str, Any]) -> str:
     """The search's headline: what it found, against which SLO, why it stopped, and how a level
     was judged."""
     users = result["variable"] == "users"
-    unit = (lambda v: f"{v:g} users") if users else (lambda v: f"{v:g} req/s")
+    unit = (lambda v: f"{v:g} user{'s' if v != 1 else ''}") if users else (lambda v: f"{v:g} req/s")
     best = unit(result["best"]) if result.get("best") is not None else "none (no level held)"
     close = result.get("too_close") or []
     note = f"; too close to call after every run: {', '.join(unit(v) for v in close)}" if close else ""

@@ -278,7 +278,9 @@ class Search:
         return "-u" if self.variable == "users" else "max_rate"
 
     def _text(self, value: float) -> str:
-        return f"{int(value)} users" if self.variable == "users" else f"{value:g} req/s"
+        if self.variable == "users":
+            return f"{int(value)} user{'s' if value != 1 else ''}"
+        return f"{value:g} req/s"
 
     def result(self, slo: Slo) -> dict[str, Any]:
         """The search as the manifest keeps it (and the report shows it): the variable, the SLO
