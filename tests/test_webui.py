@@ -15,7 +15,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -73,6 +73,19 @@ def web_locust(tmp_path):
         yield started
 
 
+@contextmanager
+def chromium_page() -> Iterator[Any]:
+    """A page of Debian's headless Chromium, driven by Playwright; always closed."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(20_000)
+            yield page
+        finally:
+            browser.close()
+
+
 def wait_until_up(url: str, proc: subprocess.Popen, log: Path, workers: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -126,57 +139,51 @@ COLUMN = {"status": 1, "ttft": 2, "decode": 3, "tok_per_chunk": 4, "aggregate": 
 def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(web_locust):
     url, run_dir = web_locust
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(20_000)
-            page.goto(url)
-            page.fill("input[name=userCount]", "2")
-            page.get_by_text("Custom parameters").click()
-            page.fill("input[name=rounds]", "0")
-            page.get_by_role("button", name="Start").click()
-            page.get_by_text("--rounds: must be at least 1, got 0").wait_for()  # the command line's check
+    with chromium_page() as page:
+        page.goto(url)
+        page.fill("input[name=userCount]", "2")
+        page.get_by_text("Custom parameters").click()
+        page.fill("input[name=rounds]", "0")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text("--rounds: must be at least 1, got 0").wait_for()  # the command line's check
 
-            page.fill("input[name=rounds]", "2")
-            page.fill("input[name=maxTokens]", "128")
-            page.fill("input[name=scenarios]", "code, en_tech")
-            page.fill("input[name=concurrency]", "2")
-            page.get_by_role("button", name="Start").click()
-            page.get_by_role("tab", name="uni-bench").click()
-            page.get_by_text("▶ round").first.wait_for()  # the phase, while the run goes on
-            page.screenshot(path=ARTIFACTS / "webui-tab-running.png", full_page=True)
-            assert page.get_by_text("Now: cell").count() == 1
-            page.get_by_text("Finished: all 4 cells done").wait_for(timeout=40_000)
-            page.wait_for_timeout(2500)  # one more poll of the UI, after the last record
-            shown = tab_rows(page)
-            page.screenshot(path=ARTIFACTS / "webui-tab.png", full_page=True)
+        page.fill("input[name=rounds]", "2")
+        page.fill("input[name=maxTokens]", "128")
+        page.fill("input[name=scenarios]", "code, en_tech")
+        page.fill("input[name=concurrency]", "2")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_role("tab", name="uni-bench").click()
+        page.get_by_text("▶ round").first.wait_for()  # the phase, while the run goes on
+        page.screenshot(path=ARTIFACTS / "webui-tab-running.png", full_page=True)
+        assert page.get_by_text("Now: cell").count() == 1
+        page.get_by_text("Finished: all 4 cells done").wait_for(timeout=40_000)
+        page.wait_for_timeout(2500)  # one more poll of the UI, after the last record
+        shown = tab_rows(page)
+        page.screenshot(path=ARTIFACTS / "webui-tab.png", full_page=True)
 
-            records = list(read_records(run_dir))
-            assert len(records) == 2 * 2 + 2 * 2 * 2
-            assert {r["max_tokens"] for r in records} == {128}  # the form's values reached the run
-            assert {r["scenario"] for r in records if r["cell"] == "single"} == {"code", "en_tech"}
-            assert {r["worker"] for r in records} == {0, 1}  # both workers' records on the master's UI
-            for name, figures in expected_rows(run_dir).items():
-                assert name in shown, (name, list(shown))
-                row = shown[name]
-                assert row[COLUMN["status"]] == "done" and row[COLUMN["done"]] == "2 of 2 rounds"
-                assert row[COLUMN["failures"]] == "0"
-                for key, value in figures.items():
-                    assert row[COLUMN[key]] == value, (name, key)
-                    assert float(value.split()[0].rstrip("%").replace(",", "")) > 0, (name, key)
+        records = list(read_records(run_dir))
+        assert len(records) == 2 * 2 + 2 * 2 * 2
+        assert {r["max_tokens"] for r in records} == {128}  # the form's values reached the run
+        assert {r["scenario"] for r in records if r["cell"] == "single"} == {"code", "en_tech"}
+        assert {r["worker"] for r in records} == {0, 1}  # both workers' records on the master's UI
+        for name, figures in expected_rows(run_dir).items():
+            assert name in shown, (name, list(shown))
+            row = shown[name]
+            assert row[COLUMN["status"]] == "done" and row[COLUMN["done"]] == "2 of 2 rounds"
+            assert row[COLUMN["failures"]] == "0"
+            for key, value in figures.items():
+                assert row[COLUMN[key]] == value, (name, key)
+                assert float(value.split()[0].rstrip("%").replace(",", "")) > 0, (name, key)
 
-            csv_rows = list(csv.DictReader(io.StringIO(page.request.get(url + "uni/records.csv").text())))
-            assert sorted(r["request_id"] for r in csv_rows) == sorted(r["request_id"] for r in records)
+        csv_rows = list(csv.DictReader(io.StringIO(page.request.get(url + "uni/records.csv").text())))
+        assert sorted(r["request_id"] for r in csv_rows) == sorted(r["request_id"] for r in records)
 
-            page.goto(url + "uni/")
-            page.get_by_text("Finished: all 4 cells done").wait_for()
-            page.locator("#report", has_text="Single stream").wait_for()
-            assert page.locator("#chart-tps polyline.record").count() == 1
-            assert page.locator("#chart-ttft circle.record").count() == len(records)
-            page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
-        finally:
-            browser.close()
+        page.goto(url + "uni/")
+        page.get_by_text("Finished: all 4 cells done").wait_for()
+        page.locator("#report", has_text="Single stream").wait_for()
+        assert page.locator("#chart-tps polyline.record").count() == 1
+        assert page.locator("#chart-ttft circle.record").count() == len(records)
+        page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
 
 
 CLOSED = """
@@ -194,34 +201,28 @@ def test_edit_changes_the_streams_of_a_closed_run_and_the_form_refuses_a_bad_hos
     (tmp_path / "closed.toml").write_text(CLOSED, encoding="utf-8")
     ARTIFACTS.mkdir(exist_ok=True)
     with started_web_locust(tmp_path, "--profile", "closed.toml", workers=0) as (url, run_dir), \
-            sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(20_000)
-            page.goto(url)
-            page.get_by_text("Custom parameters").click()
-            assert page.input_value("input[name=maxTokens]") == "48"  # the profile's, not the default 512
-            page.fill("input[name=userCount]", "2")
-            host = page.input_value("input[name=host]")
-            page.fill("input[name=host]", "gpu-box:8000")
-            page.get_by_role("button", name="Start").click()
-            page.get_by_text("Host: expected http://HOST[:PORT]").wait_for()  # on the page, not a traceback
-            page.fill("input[name=host]", host)
-            page.fill("input[name=maxTokens]", "512")
-            page.get_by_role("button", name="Start").click()
-            page.get_by_text("--max-tokens: the profile closed.toml sets it to 48").wait_for()
-            page.fill("input[name=maxTokens]", "48")
-            page.get_by_role("button", name="Start").click()
-            wait_for_streams(run_dir, 2)
+            chromium_page() as page:
+        page.goto(url)
+        page.get_by_text("Custom parameters").click()
+        assert page.input_value("input[name=maxTokens]") == "48"  # the profile's, not the default 512
+        page.fill("input[name=userCount]", "2")
+        host = page.input_value("input[name=host]")
+        page.fill("input[name=host]", "gpu-box:8000")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text("Host: expected http://HOST[:PORT]").wait_for()  # on the page, not a traceback
+        page.fill("input[name=host]", host)
+        page.fill("input[name=maxTokens]", "512")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text("--max-tokens: the profile closed.toml sets it to 48").wait_for()
+        page.fill("input[name=maxTokens]", "48")
+        page.get_by_role("button", name="Start").click()
+        wait_for_streams(run_dir, 2)
 
-            page.get_by_role("button", name="Edit").click()
-            page.locator("input[name=userCount]").last.fill("4")
-            page.get_by_role("button", name="Update").click()
-            wait_for_streams(run_dir, 4)
-            page.screenshot(path=ARTIFACTS / "webui-edit-closed.png", full_page=True)
-        finally:
-            browser.close()
+        page.get_by_role("button", name="Edit").click()
+        page.locator("input[name=userCount]").last.fill("4")
+        page.get_by_role("button", name="Update").click()
+        wait_for_streams(run_dir, 4)
+        page.screenshot(path=ARTIFACTS / "webui-edit-closed.png", full_page=True)
     assert "Traceback" not in (tmp_path / "locust.log").read_text()
 
 
@@ -241,23 +242,17 @@ def wait_for_streams(run_dir: Path, streams: int, timeout: float = 30.0) -> None
 
 def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
     with started_web_locust(tmp_path, "--rounds", "20", workers=0) as (url, _run_dir), \
-            sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(20_000)
-            page.goto(url)
-            page.fill("input[name=userCount]", "2")
-            page.get_by_role("button", name="Start").click()
-            page.get_by_role("button", name="Edit").click()
-            page.locator("input[name=userCount]").last.fill("4")
-            said: list[str] = []
-            page.on("dialog", lambda dialog: (said.append(dialog.message), dialog.dismiss()))
-            page.get_by_role("button", name="Update").click()
-            page.wait_for_timeout(1500)
-            assert len(said) == 1 and said[0].startswith("Edit cannot change the streams of a rounds run")
-        finally:
-            browser.close()
+            chromium_page() as page:
+        page.goto(url)
+        page.fill("input[name=userCount]", "2")
+        page.get_by_role("button", name="Start").click()
+        page.get_by_role("button", name="Edit").click()
+        page.locator("input[name=userCount]").last.fill("4")
+        said: list[str] = []
+        page.on("dialog", lambda dialog: (said.append(dialog.message), dialog.dismiss()))
+        page.get_by_role("button", name="Update").click()
+        page.wait_for_timeout(1500)
+        assert len(said) == 1 and said[0].startswith("Edit cannot change the streams of a rounds run")
 
 
 LONG_ANSWERS = """
@@ -277,7 +272,9 @@ def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_pa
     streams in flight, output tokens/s and first tokens from the first seconds, while the records
     (requests that ended) are still none."""
     (tmp_path / "long.toml").write_text(LONG_ANSWERS, encoding="utf-8")
-    with started_web_locust(tmp_path, "--profile", "long.toml", "--autostart", "-u", "4", workers=workers) as (url, _):
+    with started_web_locust(tmp_path, "--profile", "long.toml", "--autostart", "-u", "4",
+                            "--sim-args", "--time-scale 4 --max-running-requests 8",  # answers of several s
+                            workers=workers) as (url, _):
         deadline = time.monotonic() + 20
         view: dict = {}
         while time.monotonic() < deadline:
