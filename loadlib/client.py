@@ -168,6 +168,9 @@ def fill_record(record: RequestRecord, response: Response) -> None:
     record.finish_reason = stream.finish_reason
     record.output_sha = stream.output_sha
     record.first_read_events = stream.first_read_events
+    if stream.first_answer_at is not None and (stream.chunks_before_answer or record.thinking):
+        record.ttfo_s = stream.first_answer_at - sent
+    record.reasoning_tokens = stream.reasoning_tokens
     transport = response.error
     if transport == "timeout mid-stream" and stream.first_token_at is None:
         transport = "timeout before first token"

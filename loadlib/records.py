@@ -61,6 +61,11 @@ class RequestRecord:
     # own arrival; above 1 the server sent them together or the client read late, and the TTFT
     # may include the gap to the last of them.
     first_read_events: int | None = None
+    # With thinking: the first chunk of the answer (non-empty `content` or a tool call) after the
+    # reasoning, time to first output; None when the stream had no reasoning before its answer
+    # and thinking was not asked on, or no answer came (the reasoning used up max_tokens).
+    ttfo_s: float | None = None
+    reasoning_tokens: int | None = None  # of completion_tokens, as the server's usage counts them
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -9,6 +9,11 @@ empty choices, `[DONE]`), vLLM (`delta.reasoning`, finish on the last token chun
 llama.cpp (role chunk with `content: null`, `:` comment lines, `timings`, an `error` event
 without `[DONE]`). Anything else, however shaped, becomes a reason in `error`, never an
 exception.
+
+With thinking, a stream carries reasoning first and the answer after it: `first_answer_at` times
+the first chunk with non-empty `content` or a tool call (the time to first output, TTFO, where
+`first_token_at` times the first chunk of either), and `reasoning_tokens` reads the server's
+count from the usage chunk.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ class StreamReader:
     """What a stream carried, read piece by piece. Times are wall clock (epoch seconds) of the
     piece in which each event's line ended; None where never seen."""
 
-    __slots__ = ("sent_at", "content_type", "first_token_at", "last_token_at", "done_at", "end_at",
+    __slots__ = ("sent_at", "content_type", "first_token_at", "first_answer_at", "chunks_before_answer",
+                 "last_token_at", "done_at", "end_at",
                  "ended", "urgent", "events", "chunks", "output_chars", "first_read_events", "usage",
                  "finish_reason", "error", "head", "_head_room", "_partial", "_skipping", "_hasher",
                  "_live")
@@ -41,6 +47,8 @@ class StreamReader:
         self.sent_at = sent_at  # for the live TTFT of the first token
         self.content_type = content_type
         self.first_token_at: float | None = None
+        self.first_answer_at: float | None = None  # first chunk with content or a tool call (not reasoning)
+        self.chunks_before_answer: int | None = None  # output chunks before it: reasoning-only ones
         self.last_token_at: float | None = None
         self.done_at: float | None = None  # arrival of the `[DONE]` line
         self.end_at: float | None = None  # arrival of the last byte
@@ -74,6 +82,16 @@ class StreamReader:
     def cached_tokens(self) -> int | None:
         details = (self.usage or {}).get("prompt_tokens_details")
         return _int_or_none(details if isinstance(details, dict) else None, "cached_tokens")
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """The server's count of reasoning tokens among `completion_tokens`: OpenAI's and vLLM's
+        `usage.completion_tokens_details.reasoning_tokens`, else SGLang's `usage.reasoning_tokens`;
+        None where the server gives neither."""
+        usage = self.usage or {}
+        details = usage.get("completion_tokens_details")
+        count = _int_or_none(details if isinstance(details, dict) else None, "reasoning_tokens")
+        return count if count is not None else _int_or_none(usage, "reasoning_tokens")
 
     @property
     def output_sha(self) -> str | None:
@@ -202,6 +220,9 @@ class StreamReader:
                             self._live.first_token(t - self.sent_at)
                         elif t == self.first_token_at:  # read with the first: it carries their stamp
                             self.first_read_events += 1
+                        if self.first_answer_at is None and (type(text) is str and text or calls):
+                            self.first_answer_at = t  # `text` is `content`, the last key: an answer (TTFO)
+                            self.chunks_before_answer = self.chunks - 1
                 finish = choice.get("finish_reason")
                 if finish:
                     if type(finish) is str:

@@ -115,7 +115,9 @@ class SglangShape:
 
 class VllmShape(SglangShape):
     """vLLM's OpenAI server (`exclude_unset` dumps): `delta.reasoning`, finish on the last token
-    chunk (with `stop_reason`), no separate finish chunk."""
+    chunk (with `stop_reason`), no separate finish chunk, and (vLLM with a reasoning parser, since
+    it reports them) `usage.completion_tokens_details.reasoning_tokens`, where SGLang puts its
+    count at `usage.reasoning_tokens`."""
 
     def __init__(self, rid: str, model: str, created: int) -> None:
         rid = rid if rid.startswith("chatcmpl-") else f"chatcmpl-{rid}"
@@ -155,10 +157,11 @@ class VllmShape(SglangShape):
 
     def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
               timings: dict | None = None) -> bytes:
-        usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                 "completion_tokens": completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                 "completion_tokens": completion}
         if cached is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}  # with a reasoning parser
         return frame(b"data: " + _dumps({"id": self.rid, "object": "chat.completion.chunk",
                                          "created": self.created, "model": self.model,
                                          "choices": [], "usage": usage}) + b"\n\n")
@@ -181,7 +184,8 @@ class VllmShape(SglangShape):
                              "message": {"role": "assistant", "content": text,
                                          "reasoning": reasoning, "tool_calls": calls},
                              "logprobs": None, "finish_reason": reason, "stop_reason": None}],
-                "usage": {k: v for k, v in usage.items() if v is not None and k != "reasoning_tokens"}}
+                "usage": {**{k: v for k, v in usage.items() if v is not None and k != "reasoning_tokens"},
+                          "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens") or 0}}}
 
 
 class LlamacppShape(SglangShape):
