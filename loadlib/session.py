@@ -42,7 +42,7 @@ from loadlib.client import ChatSettings, chat_body
 from loadlib.http1 import Endpoint
 from loadlib.manifest import build_manifest, write_manifest
 from loadlib.modes import SearchHooks, first_users
-from loadlib.plan import make_driver
+from loadlib.plan import build_scenarios, make_driver
 from loadlib.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.prompts import PROTOCOL_PROMPTS
@@ -52,7 +52,7 @@ from loadlib.records import RequestRecord, read_records
 from loadlib.liveseries import LiveSeries
 from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
                              RunSpec, WorkerSink, attach, process_run)
-from loadlib.scenarios import COLD
+from loadlib.scenarios import COLD, Mix
 from loadlib.selfwatch import SelfWatch
 from loadlib.users import (FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
                            profile_user_classes)
@@ -196,8 +196,8 @@ class RunSession:
             self.conductor = make_driver(self.profile, users, started_at=time.time() + 0.5,
                                          streams_in_flight=self.streams_in_flight, search=self._search_hooks(),
                                          **common)
-            if self.mode in FREE_RUNNING_MODES and any(cell.scenario.cache == COLD for cell in self.conductor.plan):
-                self.conductor.flush_cache()  # before any request of the run
+            if self.mode in FREE_RUNNING_MODES and Mix(build_scenarios(self.profile)).cache == COLD:
+                self.conductor.flush_cache()  # before any request of the run (a search's plan is still empty)
         started_at = getattr(getattr(self.conductor, "timeline", None), "started_at", time.time())
         spec = RunSpec(self.mode, model, settings.max_tokens, settings.thinking, started_at, users,
                        self.profile.model_dump(mode="json", by_alias=True) if self.mode in FREE_RUNNING_MODES else None,
