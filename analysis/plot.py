@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, ProtocolTables, cell_order, scenario_label
+from analysis.summary import CASE_LABELS, PROTOCOL_CASES, ProtocolTables, cell_order, scenario_label
 from loadlib import metrics
 from loadlib import search as search_module
 
@@ -34,6 +34,7 @@ def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
         "prefill_vs_prompt_size.png": prefill_vs_prompt_size(runs),
         **{f"timeline_{_safe(run.label)}.png": timeline(run) for run in runs},
         **{f"search_{_safe(run.label)}.png": search(run) for run in runs},
+        **{f"by_length_{_safe(run.label)}.png": by_length(run) for run in runs},
     }
     written = []
     for name, figure in charts.items():
@@ -204,6 +205,71 @@ def timeline(run: Run) -> Figure | None:
     _shade_cells(df, top, bottom)
     fig.suptitle(f"Timeline of {run.label}: requests in flight (top) and decode throughput (bottom), "
                  "shaded by cell")
+    return fig
+
+
+MAX_BOXED_CELLS = 6  # more cells than this share one box per bucket
+
+
+def by_length(run: Run) -> Figure | None:
+    """TTFT against prompt tokens (left) and decode t/s against completion tokens (right) in the
+    free-running cells: every request a dot (a sample of `SAMPLE`), and a box per length bucket
+    (`metrics.length_edges`: the report's buckets) and cell, side by side within the bucket."""
+    df = run.records
+    free = df[df["ok"] & ~df["case"].isin(PROTOCOL_CASES)]
+    table = metrics.by_length_table(df)
+    if table.empty:
+        return None
+    cells = list(dict.fromkeys(table["cell"]))
+    pooled = len(cells) > MAX_BOXED_CELLS
+    fig = Figure(figsize=(13, 5.5), layout="constrained")
+    axes = fig.subplots(1, 2)
+    titles = {"ttft_s": ("prompt tokens (usage.prompt_tokens)", "TTFT, s", "TTFT against prompt length"),
+              "decode_tps": ("completion tokens (usage.completion_tokens)", "decode tokens/s per stream",
+                             "Decode against answer length")}
+    for ax, (figure, tokens) in zip(axes, metrics.BY_LENGTH):
+        rows = free[free[figure].notna() & free[tokens].notna()]
+        buckets = table[table["figure"] == figure]
+        if buckets.empty:
+            ax.set_axis_off()
+            continue
+        edges = np.unique(np.concatenate([buckets["low"], buckets["high"]]))
+        groups = [("all cells", rows)] if pooled else [(cell, rows[rows["cell"] == cell]) for cell in cells]
+        for i, (color, (name, group)) in enumerate(zip(_colors(), groups)):
+            dots = group.sample(min(len(group), SAMPLE // len(groups)), random_state=0)
+            ax.scatter(dots[tokens], dots[figure], s=6, alpha=0.25, color=color, linewidths=0)
+            values, positions, widths = [], [], []
+            for low, high in zip(edges[:-1], edges[1:]):
+                inside = group[(group[tokens] >= low) & (group[tokens] < high)][figure].to_numpy()
+                if not inside.size:
+                    continue
+                share = (np.log(high) - np.log(low)) / len(groups)  # each cell's slice of the bucket, log scale
+                values.append(inside)
+                positions.append(np.exp(np.log(low) + share * (i + 0.5)))
+                widths.append(positions[-1] * share * 0.7)
+            if values:
+                ax.boxplot(values, positions=positions, widths=widths, whis=(5, 95), showfliers=False,
+                           manage_ticks=False, patch_artist=True,
+                           boxprops={"facecolor": color, "alpha": 0.35, "edgecolor": color},
+                           medianprops={"color": color, "linewidth": 2},
+                           whiskerprops={"color": color}, capprops={"color": color})
+            ax.plot([], [], color=color, linewidth=6, alpha=0.5, label=f"{name} (n={len(group):,})")
+        for edge in edges:
+            ax.axvline(edge, color="grey", linewidth=0.5, alpha=0.4)
+        xlabel, ylabel, title = titles[figure]
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(edges, [f"{int(e):,}" for e in edges], fontsize=8, rotation=45 if len(edges) > 6 else 0)
+        ax.minorticks_off()
+        ax.set_xlim(edges[0], edges[-1])
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter("{x:,.3g}" if figure == "ttft_s" else "{x:,.0f}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"By length, free-running cells of {run.label}: a dot per request; box per bucket = "
+                 "p25–p75 with the median, whiskers p5–p95")
     return fig
 
 

@@ -9,7 +9,7 @@ from analysis import locust_csv, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
 from analysis.run_summary import goodput_slo, summary_document
-from analysis.sections import prefill
+from analysis.sections import by_length, prefill
 from analysis.summary import ProtocolTables, case_labels, scenario_label, summary_dict
 from loadlib import metrics
 
@@ -25,6 +25,7 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
         *summary.sections,
         single_details(tables.single),
         concurrency_details(tables.concurrent),
+        by_length(metrics.by_length_table(df)),
         *([] if "prefill" in shown else [prefill(metrics.prefill_table(df))]),
         *locust_csv.sections(run.locust),
     ]

@@ -1,6 +1,6 @@
 """The summary's tables beyond the protocol's: the capacity search's levels, steady state of
-free-running cells, prefill, the cache state each cell meant and met, TTFT per conversation turn,
-requests left out of a figure, and the client's own limits.
+free-running cells, figures by length (report only), prefill, the cache state each cell meant
+and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
 
 Each function turns one `loadlib.metrics` table (or what the manifest kept: the search's result,
 the self-watch) into a section; the end-of-run summary and `python -m analysis report` show the
@@ -124,7 +124,7 @@ def streams_held(table: pd.DataFrame) -> Section:
 
 
 def steady_percentiles(table: pd.DataFrame) -> Section:
-    digits = {"ttft_s": 3, "tok_per_chunk": 2}
+    digits = {"ttft_s": 3, "ttfo_s": 3, "tok_per_chunk": 2, "reasoning_tokens": 0}
     return Section(
         "steady_percentiles", "Steady-state percentiles (raw records sent within the window)",
         table, pd.DataFrame({
@@ -133,6 +133,29 @@ def steady_percentiles(table: pd.DataFrame) -> Section:
                for col in ("p50", "p90", "p99")},
             "n": text.column(table["n"], 0),
         }), keys=("cell", "figure"), left=("cell", "figure"), optional=True)
+
+
+def by_length(table: pd.DataFrame) -> Section:
+    """TTFT by prompt length and decode by answer length per free-running cell
+    (`metrics.by_length_table`). In the report only, not the end-of-run summary: it is a breakdown
+    of figures the summary already gives per cell (up to 8 buckets x 2 figures x each cell, too
+    long for the lines printed at the end of every run), and reading it takes the per-request
+    lengths of a whole run, which the report has at hand."""
+    figures = {"ttft_s": ("TTFT s", 3), "decode_tps": ("decode t/s", 1)}
+    tokens = {"prompt_tokens": "prompt", "completion_tokens": "completion"}
+    return Section(
+        "by_length", "By length, free-running cells: TTFT by prompt tokens and decode by completion tokens "
+        "(usage counts; buckets [low, high) on powers of two and their half steps, from the run's own lengths; "
+        "every successful request of the cell)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str),
+            "figure": [figures[f][0] for f in table["figure"]],
+            "by tokens": [f"{tokens[t]} {low:,}–{high - 1:,}" for t, low, high in
+                          zip(table["tokens"], table["low"], table["high"])],
+            **{col: [text.num(v, figures[f][1]) for v, f in zip(table[col], table["figure"])]
+               for col in ("p50", "p90", "p99")},
+            "n": text.column(table["n"], 0),
+        }), keys=("cell", "figure", "low"), left=("cell", "figure", "by tokens"), optional=True)
 
 
 def prefill(table: pd.DataFrame) -> Section:

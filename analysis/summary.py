@@ -76,11 +76,12 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
     return [
         Section(
             "single", "Single stream (decode = (comp-1)/(total-ttft); tok/chunk on the stream-chunk basis)",
-            single[SINGLE_FIELDS].reset_index(), pd.DataFrame({
+            single[SINGLE_FIELDS + _ttfo(single, ["ttfo_s"])].reset_index(), pd.DataFrame({
                 "scenario": [scenario_label(name) for name in single.index],
                 "decode t/s": text.column(single["decode_tps"]),
                 "range": text.spans(single["decode_min"], single["decode_max"]),
                 "TTFT s": text.column(single["ttft_s"], 3),
+                **{"TTFO s": text.column(single[col], 3) for col in _ttfo(single, ["ttfo_s"])},
                 "tok/chunk": text.column(single["tok_per_chunk"], 2),
                 "n": text.column(single["n"], 0),
             }), keys=("scenario",), left=("scenario",)),
@@ -99,13 +100,25 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
                 "vs single code": [text.ratio(v) for v in concurrent["overlap_vs_single_decode"]],
             }), keys=("cell",), left=("case",)),
         Section(
-            "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests)",
+            "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests"
+            + ("; TTFO = time to the first answer token after the reasoning)" if "ttfo_n" in ttft else ")"),
             ttft.reset_index(), pd.DataFrame({
                 "cell": list(ttft.index.astype(str)),
                 **{col: text.column(ttft[col], 3) for col in ("p50", "p90", "p99")},
+                **{f"TTFO {col[5:]}": text.column(ttft[col], 3) for col in _ttfo(ttft, TTFO_PERCENTILES)},
                 "n": text.column(ttft["n"], 0),
+                **({"TTFO n": text.column(ttft["ttfo_n"], 0)}
+                   if "ttfo_n" in ttft and (ttft["ttfo_n"] != ttft["n"]).any() else {}),
             }), keys=("cell",), left=("cell",)),
     ]
+
+
+TTFO_PERCENTILES = ["ttfo_p50", "ttfo_p90", "ttfo_p99"]
+
+
+def _ttfo(table: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The TTFO columns of a table where any row has a TTFO (a run with thinking), else none."""
+    return columns if columns[0] in table and table[columns[0]].notna().any() else []
 
 
 def failures_section(failures: pd.DataFrame) -> Section:
@@ -135,7 +148,7 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
     if max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
-    parts.append("thinking " + thinking_phrase(df["thinking"]))
+    parts.append("thinking " + thinking_phrase(df["thinking"].unique()))
     if protocol.any():
         rounds = int(df.loc[protocol, "round"].max()) + 1
         parts.append(f"{rounds} round{'s' if rounds > 1 else ''}")

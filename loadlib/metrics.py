@@ -5,8 +5,9 @@ one request at a time) and a pandas Series (the post-processor, a whole run at o
 functions take the DataFrame of records (`records_frame`) and return DataFrames.
 
 Beyond the protocol, and labelled as such wherever shown: the wall-clock window aggregate,
-prefill excluding cached tokens, a timeline of streams and tokens/s, and steady-state levels,
-percentiles and goodput for free-running modes.
+prefill excluding cached tokens, a timeline of streams and tokens/s, steady-state levels,
+percentiles and goodput for free-running modes, TTFT and decode by prompt and answer length, and
+with thinking the time to the first answer token after the reasoning (TTFO).
 
 Validity is decided once, by the client: a request that has no first token, no usage, or
 `completion_tokens <= 1` carries an `error`, and only records without one enter the figures.
@@ -31,10 +32,12 @@ RECORD_COLUMNS = [
     "request_id", "scenario", "cell", "concurrency", "case", "round", "slot", "worker", "user",
     "sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
     "cached_tokens", "chunks", "finish_reason", "http_status", "error", "output_sha",
-    "max_tokens", "thinking", "cache_intended", "cache_observed", "queue_s", "turn", "measured",
+    "max_tokens", "thinking", "cache_intended", "cache_observed", "queue_s", "turn", "measured", "ttfo_s",
+    "reasoning_tokens",
 ]
 FLOAT_COLUMNS = ("sent_at", "ttft_s", "total_s", "last_chunk_s", "completion_tokens", "prompt_tokens",
-                 "cached_tokens", "chunks", "http_status", "max_tokens", "queue_s", "turn")  # None becomes NaN
+                 "cached_tokens", "chunks", "http_status", "max_tokens", "queue_s", "turn", "ttfo_s",
+                 "reasoning_tokens")  # None becomes NaN
 INT_COLUMNS = ("concurrency", "round", "slot", "worker", "user")
 _ABSENT = dict.fromkeys(RECORD_COLUMNS)
 FRAME_BATCH = 65_536  # records turned into columns at a time
@@ -294,6 +297,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
 def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per scenario, single-stream means over successful rounds with min-max of decode and n.
 
+    `ttfo_s` (mean time to the first answer token after the reasoning) is NaN without thinking.
     `failed` counts the scenario's requests left out of every figure.
     """
     single = df[df["case"] == SINGLE_CASE]
@@ -303,6 +307,7 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
         decode_min=("decode_tps", "min"),
         decode_max=("decode_tps", "max"),
         ttft_s=("ttft_s", "mean"),
+        ttfo_s=("ttfo_s", "mean"),
         tok_per_chunk=("tok_per_chunk", "mean"),
         e2e_tps=("e2e_tps", "mean"),
         n=("request_id", "size"),
@@ -364,14 +369,28 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
 
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
-    """TTFT p50/p90/p99 in seconds from raw records of successful requests, grouped by `by`."""
-    ok = df.loc[df["ok"], [by, "ttft_s"]]
+    """TTFT p50/p90/p99 in seconds from raw records of successful requests, grouped by `by`.
+
+    Where any of them has a TTFO (thinking: the first answer token after the reasoning), its
+    p50/p90/p99 and count follow as `ttfo_p50`, `ttfo_p90`, `ttfo_p99`, `ttfo_n` (NaN and 0 for
+    a group without)."""
+    ok = df.loc[df["ok"], [by, "ttft_s", "ttfo_s"]]
     if ok.empty:
         return pd.DataFrame(columns=["p50", "p90", "p99", "n"])
-    grouped = ok.groupby(by, sort=False, observed=True)["ttft_s"]
+    grouped = ok.groupby(by, sort=False, observed=True)
+    pct = _percentiles(grouped["ttft_s"])
+    pct["n"] = grouped.size()
+    if ok["ttfo_s"].notna().any():
+        ttfo = _percentiles(grouped["ttfo_s"])
+        pct[[f"ttfo_{col}" for col in ttfo.columns]] = ttfo
+        pct["ttfo_n"] = grouped["ttfo_s"].count()
+    return pct
+
+
+def _percentiles(grouped: Any) -> pd.DataFrame:
+    """`PERCENTILES` of a grouped Series, one column each (p50, p90, p99)."""
     pct = grouped.quantile(list(PERCENTILES)).unstack()
     pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-    pct["n"] = grouped.size()
     return pct
 
 
@@ -425,6 +444,75 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
     return table.assign(cache=table["cache"].map(CACHE_NAMES))
+
+
+# --- free-running modes: figures by length --------------------------------------------------------
+
+MAX_LENGTH_BUCKETS = 8
+BY_LENGTH = (("ttft_s", "prompt_tokens"), ("decode_tps", "completion_tokens"))  # (figure, by tokens)
+BY_LENGTH_COLUMNS = ["cell", "figure", "tokens", "low", "high", "p50", "p90", "p99", "n"]
+
+
+def length_edges(tokens: np.ndarray, max_buckets: int = MAX_LENGTH_BUCKETS) -> np.ndarray:
+    """Edges of token-count buckets `[edge_i, edge_i+1)`, chosen from the counts themselves.
+
+    Powers of two with the half step between them (..., 256, 384, 512, 768, 1024, ...), from the
+    largest at or below the smallest count to the smallest above the largest; where that makes
+    more than `max_buckets` buckets, powers of two alone, then every second power (x4), every
+    third (x8) and so on, until at most `max_buckets` remain. So a narrow spread (outputs of 300
+    to 512 tokens) still splits into a few buckets and a wide one (10 to 100,000-token prompts)
+    into a few wide ones, always on round numbers. No counts of at least 1: no edges.
+    """
+    values = np.asarray(tokens, dtype="float64")
+    values = values[np.isfinite(values) & (values >= 1)]
+    if not values.size:
+        return np.array([], dtype="int64")
+    lowest, highest = float(values.min()), float(values.max())
+    bottom, top = int(np.floor(np.log2(lowest))), int(np.floor(np.log2(highest))) + 1
+    powers = {2 ** k for k in range(bottom, top + 1)}
+    half_steps = np.array(sorted(powers | {3 << (k - 1) for k in range(max(bottom, 1), top + 1)}))
+    edges = half_steps[(half_steps >= half_steps[half_steps <= lowest].max())
+                       & (half_steps <= half_steps[half_steps > highest].min())]
+    octaves = 1
+    while len(edges) - 1 > max_buckets:
+        edges = 2 ** np.arange(bottom, top + octaves, octaves)
+        edges = edges[:int(np.searchsorted(edges, highest, side="right")) + 1]
+        octaves += 1
+    return edges.astype("int64")
+
+
+def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
+    """TTFT by prompt length and decode by answer length in each free-running cell (a `case`
+    that is not the protocol's): p50/p90/p99 and n of `figure` per bucket `[low, high)` of
+    `tokens` (`usage.prompt_tokens`, `usage.completion_tokens`), from the raw records of every
+    successful request of the cell (ramp-up and drain included: a request's length does not
+    depend on when it ran, and a bucket needs all the requests it can get). The edges
+    (`length_edges`) are computed once per figure from all those requests, so the cells of a run
+    share them. Empty buckets are left out; cells keep their order in the records."""
+    free = (df["ok"] & ~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES))).to_numpy()
+    codes, cells = pd.factorize(df["cell"])
+    parts = []
+    for figure, tokens in BY_LENGTH:
+        values, counts = df[figure].to_numpy(), df[tokens].to_numpy()
+        use = free & ~np.isnan(values) & ~np.isnan(counts)  # decode: not for one-read answers
+        edges = length_edges(counts[use])
+        if len(edges) < 2:
+            continue
+        buckets = len(edges) - 1
+        keys = codes[use] * buckets + np.searchsorted(edges, counts[use], "right") - 1
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order], values[use][order]
+        starts = np.flatnonzero(np.diff(keys, prepend=-1))
+        stops = np.append(starts[1:], len(keys))
+        pct = np.array([np.quantile(values[a:b], PERCENTILES) for a, b in zip(starts, stops)])
+        cell, bucket = np.divmod(keys[starts], buckets)
+        parts.append(pd.DataFrame({
+            "cell": np.asarray(cells, dtype=object)[cell], "figure": figure, "tokens": tokens,
+            "low": edges[bucket], "high": edges[bucket + 1],
+            **{f"p{int(q * 100)}": pct[:, i] for i, q in enumerate(PERCENTILES)}, "n": stops - starts}))
+    if not parts:
+        return pd.DataFrame(columns=BY_LENGTH_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[BY_LENGTH_COLUMNS]
 
 
 # --- free-running modes: time series and steady state -------------------------------------------
@@ -500,9 +588,24 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
 
 SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]
 STEADY_INPUTS = ["cell", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
-                 "ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]
+                 "ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+STEADY_FIGURES = ["ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+STEADY_OPTIONAL = ("ttfo_s", "queue_s", "reasoning_tokens")  # left out where no request has them
 STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
                   "goodput_rps", "slo_attainment", "n", "failed"]
+
+
+def meets_slo(ok: np.ndarray, ttft_s: np.ndarray, decode_tps: np.ndarray, slo_ttft_s: float | None,
+              slo_decode_tps: float | None) -> np.ndarray:
+    """Per request, whether it meets the SLO: it succeeded, its TTFT is at most `slo_ttft_s` and
+    its decode at least `slo_decode_tps` (an answer in one read has no decode rate, NaN, and is
+    judged on its TTFT); a target of None is not checked. Goodput counts these requests."""
+    meets = np.asarray(ok, dtype=bool).copy()
+    if slo_ttft_s is not None:
+        meets &= np.asarray(ttft_s) <= slo_ttft_s
+    if slo_decode_tps is not None:
+        meets &= ~(np.asarray(decode_tps) < slo_decode_tps)
+    return meets
 
 
 def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0,
@@ -523,7 +626,7 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps
         in_window = (sent >= start) & (sent <= stop)
         ended_in_window = (end >= start) & (end <= stop)
         ok = group["ok"].to_numpy()
-        met = ok & (group["ttft_s"] <= slo_ttft_s).to_numpy() & ~(group["decode_tps"] < slo_decode_tps).to_numpy()
+        met = meets_slo(ok, group["ttft_s"].to_numpy(), group["decode_tps"].to_numpy(), slo_ttft_s, slo_decode_tps)
         edges = np.array([start, stop])
         busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
         tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]
@@ -553,13 +656,15 @@ def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
-    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk and client-side queueing (when
-    recorded) per free-running cell, from the raw records of successful requests sent within
-    the cell's steady window (`cells` as in `steady_state_table`)."""
+    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
+    queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
+    every answer without thinking), per free-running cell, from the raw records of successful
+    requests sent within the cell's steady window (`cells` as in `steady_state_table`)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
-        figures = steady[["ttft_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s"]]
+        figures = steady[[col for col in STEADY_FIGURES if col not in STEADY_OPTIONAL
+                          or (steady[col] > 0 if col == "reasoning_tokens" else steady[col].notna()).any()]]
         pct = figures.quantile(list(PERCENTILES)).T
         pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
         pct = pct.assign(n=figures.count())

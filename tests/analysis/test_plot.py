@@ -18,5 +18,5 @@ def test_every_chart_is_written_for_protocol_runs(tmp_path):
 
 def test_charts_without_data_are_left_out(tmp_path):
     written = plot([build_run(free_running_records(), "steady run")], tmp_path)
-    assert sorted(p.name for p in written) == ["prefill_vs_prompt_size.png", "timeline_steady_run.png",
-                                               "ttft_distribution.png"]
+    assert sorted(p.name for p in written) == ["by_length_steady_run.png", "prefill_vs_prompt_size.png",
+                                               "timeline_steady_run.png", "ttft_distribution.png"]
