@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlib import metrics
 from loadlib.profiles import Slo
 
 BOOTSTRAP = 1000  # resamples of a level's requests
@@ -70,7 +71,7 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
     ok = frame["ok"].to_numpy(dtype=bool)
     ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)
     decode = np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan)
-    meets = _meets(ok, ttft, decode, slo)
+    meets = metrics.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
     ttft_q = (slo.ttft_p or DEFAULT_P) / 100
     decode_q = 1 - (slo.decode_p or DEFAULT_P) / 100
     n = len(frame)
@@ -99,17 +100,6 @@ def _figure(point: float, resampled: np.ndarray) -> tuple[float | None, float | 
         return _finite(point), None, None
     low, high = np.nanquantile(resampled, INTERVAL)
     return _finite(point), _finite(low), _finite(high)
-
-
-def _meets(ok: np.ndarray, ttft: np.ndarray, decode: np.ndarray, slo: Slo) -> np.ndarray:
-    """Per request: succeeded, TTFT at most `ttft_s`, decode at least `decode_tps` (an answer
-    in one read has no decode rate and is judged on its TTFT), as `steady_state_table` counts it."""
-    meets = ok.copy()
-    if slo.ttft_s is not None:
-        meets &= ttft <= slo.ttft_s
-    if slo.decode_tps is not None:
-        meets &= ~(decode < slo.decode_tps)
-    return meets
 
 
 def _statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
