@@ -123,6 +123,19 @@ def streams_held(table: pd.DataFrame) -> Section:
         }), keys=("cell",), left=("cell",), optional=True)
 
 
+def trace_replay(table: pd.DataFrame) -> Section:
+    return Section(
+        "trace_replay", "Trace replay (scheduled vs achieved rate over first to last send; lateness = send "
+        "time minus scheduled time; stopped early = answers shorter than their forced length)",
+        table, pd.DataFrame({
+            "cell": table["cell"].astype(str), "n": text.column(table["n"], 0),
+            "scheduled req/s": text.column(table["scheduled_rps"], 2),
+            "achieved req/s": text.column(table["achieved_rps"], 2),
+            **{f"late {q} s": text.column(table[f"late_{q}_s"], 3) for q in ("p50", "p90", "p99")},
+            "stopped early": text.column(table["stopped_early"], 0),
+        }), keys=("cell",), left=("cell",), optional=True)
+
+
 def steady_percentiles(table: pd.DataFrame) -> Section:
     digits = {"ttft_s": 3, "ttfo_s": 3, "tok_per_chunk": 2, "reasoning_tokens": 0}
     return Section(

@@ -655,6 +655,25 @@ def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
+def trace_replay(df: pd.DataFrame) -> pd.DataFrame:
+    """Per replayed trace cell (case "trace"): requests, the rate the trace scheduled and the rate
+    achieved (both over first to last send), lateness percentiles (send time minus scheduled
+    time, `queue_s`), and answers the server stopped before their forced length (`completion_tokens`
+    below `max_tokens` although `ignore_eos` asked for all of it)."""
+    rows = []
+    for cell, group in df[df["case"] == "trace"].groupby("cell", observed=True, sort=False):
+        sent = np.sort(group["sent_at"].to_numpy())
+        scheduled = np.sort((group["sent_at"] - group["queue_s"].fillna(0.0)).to_numpy())
+        late = group["queue_s"].dropna()
+        span = lambda times: (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] \
+            else np.nan  # noqa: E731
+        rows.append({"cell": cell, "n": len(group), "scheduled_rps": span(scheduled), "achieved_rps": span(sent),
+                     **{f"late_p{round(q * 100)}_s": late.quantile(q) if len(late) else np.nan for q in PERCENTILES},
+                     "stopped_early": int((group["ok"] & (group["completion_tokens"] < group["max_tokens"])).sum())})
+    return pd.DataFrame(rows, columns=["cell", "n", "scheduled_rps", "achieved_rps", "late_p50_s", "late_p90_s",
+                                       "late_p99_s", "stopped_early"])
+
+
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
     queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for

@@ -89,6 +89,8 @@ def free_running_cells(profile: Profile, users: int, mix: Scenario) -> list[Cell
     load = profile.load
     if load.mode == "open":
         measured = [Cell(f"open-{load.rate_rps:g}rps", "open", mix, users, duration_s=load.duration_s)]
+    elif load.mode == "trace":  # its last request is sent at the end of the cell's time, so one more second
+        return [Cell("trace", "trace", mix, users, duration_s=load.duration_s + 1.0)]
     elif load.mode == "ladder":
         measured = [Cell(f"ladder-u{level}", "ladder", mix, level, duration_s=load.duration_s)
                     for level in ladder_levels(users, load.levels)]

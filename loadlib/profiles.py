@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
                       PositiveInt, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator)
 
+from loadlib.trace import TraceError, TraceRequest, load_trace
 from loadlib.prompts import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
 from loadlib.scenarios.dataset import Dataset, load_dataset
 from loadlib.scenarios.radix import DEFAULT_PROMPT, prompt_text
@@ -24,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-MODES = ("rounds", "closed", "open", "ladder", "search")
+MODES = ("rounds", "closed", "open", "ladder", "search", "trace")
 # "on"/"off" send chat_template_kwargs.enable_thinking, "server" sends none (the template decides);
 # TOML's true/false mean on/off
 Thinking = Annotated[Literal["server", "on", "off"],
@@ -282,7 +283,42 @@ class SearchLoad(_Strict):
         return self
 
 
-Load = Annotated[Union[RoundsLoad, ClosedLoad, OpenLoad, LadderLoad, SearchLoad], Field(discriminator="mode")]
+class TraceLoad(_Strict):
+    """A recorded trace replayed at its times (`loadlib.trace`); `trace` is relative to the profile
+    file, read and checked when the profile is."""
+
+    mode: Literal["trace"]
+    trace: str
+    speedup: PositiveFloat = 1.0  # 2: twice as fast as recorded
+    _requests: list[TraceRequest] = PrivateAttr()
+
+    @field_validator("trace")
+    @classmethod
+    def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
+        """Made absolute on first load, so the profile sent to workers finds the same file."""
+        profile_dir = (info.context or {}).get("profile_dir")
+        return str(Path(profile_dir, path).absolute()) if profile_dir is not None else path
+
+    @model_validator(mode="after")
+    def _load(self) -> "TraceLoad":
+        try:
+            self._requests = load_trace(Path(self.trace))
+        except TraceError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def requests(self) -> list[TraceRequest]:
+        return self._requests
+
+    @property
+    def duration_s(self) -> float:
+        """From the first request to the last, at `speedup`."""
+        return self._requests[-1].at_s / self.speedup
+
+
+Load = Annotated[Union[RoundsLoad, ClosedLoad, OpenLoad, LadderLoad, SearchLoad, TraceLoad],
+                 Field(discriminator="mode")]
 
 
 class Profile(_Strict):
@@ -294,7 +330,7 @@ class Profile(_Strict):
     seed: int = 0  # the mix's draws, the work items' order, Poisson arrivals
     request: RequestSpec = RequestSpec()
     load: Load = RoundsLoad()
-    scenarios: dict[str, ScenarioSpec] = Field(min_length=1)
+    scenarios: dict[str, ScenarioSpec] = Field(default_factory=dict)  # none with mode = "trace"
     slo: Slo = Field(Slo(), validate_default=True)  # validated even when absent: the search mode needs one
 
     @field_validator("slo")
@@ -305,6 +341,16 @@ class Profile(_Strict):
             raise ValueError("the search mode judges levels by ttft_p (with ttft_s), decode_p (with decode_tps) "
                              "or goodput: set at least one")
         return slo
+
+    @field_validator("scenarios")
+    @classmethod
+    def _as_many_as_the_mode_takes(cls, scenarios: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        trace = isinstance(info.data.get("load"), TraceLoad)
+        if trace and scenarios:
+            raise ValueError("a trace brings its own prompts: no [scenarios] with mode = \"trace\"")
+        if not trace and not scenarios and "load" in info.data:
+            raise ValueError("name at least one scenario")
+        return scenarios
 
     @field_validator("scenarios", mode="before")
     @classmethod

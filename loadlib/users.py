@@ -42,8 +42,10 @@ from loadlib.protocol import Assignment
 from loadlib.records import RequestRecord
 from loadlib.runtime import ProcessRun, RunSpec, process_run
 from loadlib.scenarios import Cell, Job, Mix, Scenario
+from loadlib.trace import TracePrompts, TraceRequest
 
-FREE_RUNNING_MODES = ("closed", "ladder", "open", SEARCH)
+TRACE = "trace"
+FREE_RUNNING_MODES = ("closed", "ladder", "open", SEARCH, TRACE)
 CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users
 REQUEST_TYPE = "POST"
 _local_users = itertools.count()  # users of this process, in spawn order
@@ -303,7 +305,7 @@ class VisionUser(ScenarioUser):
 def profile_user_classes(profile: Profile) -> list[type[User]]:
     """The user classes a profile runs: one `ScenarioUser` per scenario with the scenario's weight
     (closed, ladder, users search), or the arrival slots of the open mode and the rate search."""
-    if profile.load.mode == "open" or getattr(profile.load, "variable", None) == "rate":
+    if profile.load.mode in ("open", TRACE) or getattr(profile.load, "variable", None) == "rate":
         return [ArrivalUser]
     return [type(name, (ScenarioUser,), {"abstract": False, "kind": spec.kind, "scenario_name": name,
                                           "weight": spec.weight, "__module__": __name__})
@@ -319,7 +321,8 @@ def begin_test(run: ProcessRun, spec: RunSpec) -> None:
     run.start(spec)
     if spec.profile is not None and spec.mode in FREE_RUNNING_MODES:
         profile = Profile.model_validate(spec.profile)
-        mix = Mix(build_scenarios(profile), profile.seed)
+        mix = TracePrompts(salt=f"{spec.started_at:.6f}") if spec.mode == TRACE else Mix(build_scenarios(profile),
+                                                                                           profile.seed)
         run.state["profile"] = profile
         run.state["mix"] = mix
         if spec.mode == SEARCH:
@@ -355,7 +358,8 @@ class ArrivalUser(LLMUser):
         if arrival is None:  # the schedule is over
             gevent.sleep(1.0)
             return
-        job = arrival.scenario.next(arrival.stream)
+        job = arrival.scenario.next(arrival.stream) if arrival.request is None else \
+            arrival.scenario.job_for(arrival.request)
         tag = RequestTag(job.scenario, arrival.cell.name, arrival.cell.concurrency, arrival.cell.case,
                          slot=arrival.stream)
         record = self.send(self.body_of(job), tag, _row_name(tag),
@@ -364,10 +368,10 @@ class ArrivalUser(LLMUser):
 
 
 class _Arrival:
-    __slots__ = ("at", "cell", "scenario", "stream")
+    __slots__ = ("at", "cell", "scenario", "stream", "request")
 
-    def __init__(self, at: float, cell: Cell, scenario: Scenario, stream: int) -> None:
-        self.at, self.cell, self.scenario, self.stream = at, cell, scenario, stream
+    def __init__(self, at: float, cell: Cell, scenario: Any, stream: int, request: TraceRequest | None = None) -> None:
+        self.at, self.cell, self.scenario, self.stream, self.request = at, cell, scenario, stream, request
 
 
 def _arrivals(run: ProcessRun) -> Queue:
@@ -382,14 +386,30 @@ def _arrivals(run: ProcessRun) -> Queue:
 
 
 def _feed_arrivals(run: ProcessRun, queue: Queue) -> None:
-    """The open mode's one schedule over its whole timeline, then the end."""
+    """The open mode's one schedule over its whole timeline (or the trace's requests), then the end."""
     profile: Profile = run.state["profile"]
     timeline: Timeline = run.state["timeline"]
     load = profile.load
-    _feed(run, queue, timeline.started_at, timeline.ends_at, load.rate_rps, random.Random(profile.seed),
-          random.Random(profile.seed + 1), lambda at: timeline.cell_at(at) or timeline.cells[-1])
+    if load.mode == TRACE:
+        _feed_trace(run, queue, timeline.started_at, load.requests, load.speedup, timeline.cells[-1])
+    else:
+        _feed(run, queue, timeline.started_at, timeline.ends_at, load.rate_rps, random.Random(profile.seed),
+              random.Random(profile.seed + 1), lambda at: timeline.cell_at(at) or timeline.cells[-1])
     for _ in range(max(run.spec.users if run.spec else 1, 1)):
         queue.put(None)
+
+
+def _feed_trace(run: ProcessRun, queue: Queue, start: float, requests: list[TraceRequest], speedup: float,
+                cell: Cell) -> None:
+    """This process's share of a trace's requests (i = its index mod processes), at their times."""
+    users = run.spec.users if run.spec else 1
+    index, count = run.worker_share
+    prompts = run.state["mix"]
+    for number in range(index, len(requests), count):
+        request = requests[number]
+        at = start + request.at_s / speedup
+        gevent.sleep(max(at - time.time(), 0.0))
+        queue.put(_Arrival(at, cell, prompts, number % users, request))
 
 
 def _feed(run: ProcessRun, queue: Queue, start: float, end: float, rate_rps: float, times: random.Random,

@@ -1,0 +1,86 @@
+"""Trace replay (load mode `trace`) through real headless Locust against the time-scaled
+simulator: every request at its time, lengths as asked, shared hash blocks met in the prefix
+cache, the work split over worker processes, and bad traces stopped before any load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from tests.conftest import LOCUSTFILE, free_port
+from tests.profile_runs import run_profile
+
+PROFILE = """
+[request]
+max_tokens = 64
+[load]
+mode = "trace"
+trace = "{trace}"
+speedup = {speedup}
+"""
+
+
+def mooncake(tmp_path, n: int = 40, gap_ms: int = 50) -> str:
+    lines = [orjson.dumps({"timestamp": 1000 + i * gap_ms, "input_length": 1600 + 10 * (i % 7),
+                           "output_length": 20 + i % 9, "hash_ids": [1, 2] if i % 2 else [1, 2, 3]})
+             for i in range(n)]
+    (tmp_path / "mooncake.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return "mooncake.jsonl"
+
+
+def test_a_mooncake_trace_replays_at_its_times_with_its_lengths_and_shared_blocks(tmp_path):
+    trace = mooncake(tmp_path)
+    result, df = run_profile(tmp_path, PROFILE.format(trace=trace, speedup=2.0), 8)
+    run = df[df["measured"]].sort_values("sent_at")
+    assert len(run) == 40 and run["error"].isna().all() and set(run["cell"]) == {"trace"}
+    sent = run["sent_at"].to_numpy()
+    assert (len(sent) - 1) / (sent[-1] - sent[0]) == pytest.approx(40.0, rel=0.05)  # 50 ms gaps at speedup 2
+    assert run["queue_s"].max() < 0.05
+    assert (run["completion_tokens"] == run["max_tokens"]).all()  # ignore_eos: the asked output lengths
+    assert run["prompt_tokens"].median() == pytest.approx(1630, rel=0.1)
+    assert (run["cached_tokens"].iloc[5:] >= 1000).all()  # the shared hash blocks hit the prefix cache
+    assert "Trace replay" in result.stdout and "trace   40" in result.stdout
+
+
+def test_a_plain_csv_trace_is_split_over_two_processes_each_request_once(tmp_path):
+    rows = ["timestamp_s,input_tokens,output_tokens,session_id"] + [
+        f"{i * 0.05:.2f},{300 + i},{16},s{i % 4}" for i in range(30)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    port = str(free_port())
+    _result, df = run_profile(tmp_path, PROFILE.format(trace="trace.csv", speedup=1.0), 4, "--processes", "2",
+                              "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port)
+    run = df[df["measured"]]
+    assert len(run) == 30 and run["error"].isna().all() and set(run["worker"]) == {0, 1}
+    later_turns = run.sort_values("sent_at").groupby("slot").nth(slice(1, None))
+    assert (later_turns["cache_intended"] == "warm").all()  # a session resends its history
+
+
+@pytest.mark.parametrize("trace, needle", [
+    ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 5, "input_length": 5, '
+     '"output_length": 5}\n', "line 2: timestamp goes backwards"),
+    ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 20, "input_length": 5\n',
+     "line 2: not JSON"),
+    ('{"timestamp": 10, "input_length": 5}\n', "line 1: missing output_length"),
+    ("timestamp_s,input_tokens,output_tokens\n0,ten,5\n", "line 2: timestamp_s, input_tokens, output_tokens must be numbers"),
+])
+def test_a_bad_trace_stops_before_any_load_with_one_line(tmp_path, trace, needle):
+    (tmp_path / "t.jsonl").write_text(trace, encoding="utf-8")
+    (tmp_path / "p.toml").write_text(PROFILE.format(trace="t.jsonl", speedup=1.0), encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
+                             "--profile", "p.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and needle in errors[0]
+
+
+def test_a_missing_trace_or_scenarios_beside_it_are_refused(tmp_path):
+    for text, needle in ((PROFILE.format(trace="nope.jsonl", speedup=1.0), "nope.jsonl: cannot read"),
+                         (PROFILE.format(trace=mooncake(tmp_path), speedup=1.0) + "[scenarios.vision]\n",
+                          "a trace brings its own prompts")):
+        (tmp_path / "p.toml").write_text(text, encoding="utf-8")
+        result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
+                                 "--profile", "p.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
