@@ -237,7 +237,9 @@ def by_length(run: Run) -> Figure | None:
         groups = [("all cells", rows)] if pooled else [(cell, rows[rows["cell"] == cell]) for cell in cells]
         for i, (color, (name, group)) in enumerate(zip(_colors(), groups)):
             dots = group.sample(min(len(group), SAMPLE // len(groups)), random_state=0)
-            ax.scatter(dots[tokens], dots[figure], s=6, alpha=0.25, color=color, linewidths=0)
+            few = len(rows) < 2000  # a small run's dots stay readable, a large one's do not hide the boxes
+            ax.scatter(dots[tokens], dots[figure], s=12 if few else 4, alpha=0.5 if few else 0.2, color=color,
+                       linewidths=0)
             values, positions, widths = [], [], []
             for low, high in zip(edges[:-1], edges[1:]):
                 inside = group[(group[tokens] >= low) & (group[tokens] < high)][figure].to_numpy()
