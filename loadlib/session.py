@@ -1,13 +1,13 @@
-"""Wires a run into Locust: options and profile, the built-in simulator, the run directory, the
-load mode, records from every process, the end-of-run summary, and the shape of the protocol's
-locustfile.
+"""Wires a run into Locust: the built-in simulator, the run directory, the load mode, records
+from every process, the end-of-run summary (its inputs are checked in `loadlib.runinputs`, the
+protocol's locustfile's load shape is `loadlib.shape`).
 
 Locust is extended only through its events and small classes: `init_command_line_parser` adds
 the options, `init` sets up each process, `test_start`/`test_stop` frame a run, custom messages
 carry the run's spec once per test and the rounds' assignments (master -> workers) and batches of
-records (workers -> master), `report_to_master` carries the self-watch figures, and
-`ProtocolShape` spawns what the load mode wants, honours `-r` and `-t`, and ends the test when the
-mode is done.
+records (workers -> master), `report_to_master` carries the self-watch figures, and the shape
+spawns what the load mode wants (`RunSession.users_wanted`), honours `-r` and `-t`, and ends the
+test when the mode is done.
 
 Two kinds of locustfile run here. `locustfiles/dflash.py` (its users are `RoundsUser`s) plays a
 load mode: the protocol's rounds from the command-line options, or a `--profile`'s mode, whose
@@ -18,10 +18,8 @@ runs any users; the session only keeps the run directory, the journal and the su
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import signal
-import sys
 import time
 import weakref
 from functools import partial
@@ -33,23 +31,23 @@ import orjson
 from locust import events
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
-from locust.shape import LoadTestShape
 
 from loadlib import live as live_figures
 from loadlib import llmstats, metrics, options, servertruth, webui
 from loadlib.cache import flush_prefix_cache
-from loadlib.client import ChatSettings, chat_body
+from loadlib.client import chat_body
 from loadlib.http1 import Endpoint
+from loadlib.intake import RecordIntake
+from loadlib.liveseries import LiveSeries
 from loadlib.manifest import build_manifest, write_manifest
 from loadlib.modes import SearchHooks, first_users
 from loadlib.plan import build_scenarios, make_driver
 from loadlib.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
-from loadlib.profiles import Profile, ProfileError, load_profile
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.profiles import Profile, ProfileError
 from loadlib.protocol import Assignment, Driver
-from loadlib.intake import RecordIntake
 from loadlib.records import RequestRecord, read_records
-from loadlib.liveseries import LiveSeries
+from loadlib.runinputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
+                               refuse_profile_settings, request_settings, run_profile, usage_error)
 from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
                              RunSpec, WorkerSink, attach, process_run)
 from loadlib.scenarios import COLD, Mix
@@ -112,6 +110,7 @@ class RunSession:
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
         self.master_watch = SelfWatch(role="master")
         self.users_override: int | None = None  # the web UI's Edit of a closed run
+        self.spawn_rate_given = False  # -r on the command line or in the form (else: all at once)
         self.cut_short: str | None = None
         self.first_failures: FirstFailures | None = None
         runner = environment.runner
@@ -138,10 +137,10 @@ class RunSession:
             else:
                 refuse_load_mode_options(self.opts)
         except ProfileError as exc:
-            _usage_error(str(exc))
+            usage_error(str(exc))
         self._profile_file = self.opts.profile
         if self.opts.num_users is not None and self.opts.num_users < 1:
-            _usage_error(f"-u/--users: must be at least 1, got {self.opts.num_users}")
+            usage_error(f"-u/--users: must be at least 1, got {self.opts.num_users}")
         check_run_dir_free(self.opts.run_dir)
         if not self.environment.host:
             from loadlib.sim.process import start_simulator
@@ -153,7 +152,7 @@ class RunSession:
             try:
                 Endpoint.parse(self.environment.host)
             except ValueError as exc:
-                _usage_error(f"--host: {exc}")
+                usage_error(f"--host: {exc}")
 
     def stop_target(self) -> None:
         if self.simulator is not None:
@@ -171,7 +170,7 @@ class RunSession:
                 gevent.spawn(self.environment.runner.stop)
                 return
         self._runs += 1
-        self.run_dir = _new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
+        self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
         rounds = self.mode == "rounds"  # bounded by its plan: every record stays for the live tables
         self.intake = RecordIntake(self.run_dir, None if rounds else LIVE_WINDOW, self._settle if rounds else None)
         self.in_flight_by_worker = {}
@@ -179,12 +178,12 @@ class RunSession:
         self.users_override = None
         self.cut_short = None
         self.summarized = False
-        api_key = _api_key(opts)
+        api_key = api_key_of(opts)
         model, model_warning = list_models(self.environment.host, api_key, not opts.insecure).choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)
         self.first_failures = FirstFailures() if not opts.keep_going else None
-        settings = _settings(opts, model, api_key)
+        settings = request_settings(opts, model, api_key)
         users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         flush = partial(flush_prefix_cache, self.environment.host, api_key, not opts.insecure)
         common = dict(build_body=lambda job: chat_body(settings, job.messages, **job.params),
@@ -387,7 +386,7 @@ class RunSession:
         self.users_override = users
         if spawn_rate is not None:
             self.opts.spawn_rate = spawn_rate
-            _SPAWN_RATE_GIVEN[self.environment] = True
+            self.spawn_rate_given = True
         self.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
         log.info("Edit: the closed loop now runs %d streams", users)
 
@@ -407,36 +406,6 @@ class RunSession:
         return Endpoint.parse(self.environment.host).host.replace(".", "-")
 
 
-class ProtocolShape(LoadTestShape):
-    """Spawns the users the load mode wants (all `-u`; the ladder's current level) at `-r` users
-    per second (all at once without `-r`), ends the test at `-t`, and when the mode is done."""
-
-    use_common_options = True
-
-    def tick(self) -> tuple[int, float] | None:
-        environment = self.runner.environment
-        session = session_of(environment)
-        opts = environment.parsed_options
-        if session is None:
-            users = opts.num_users or 1
-            return users, float(users)
-        driver = session.conductor
-        # A driver from an earlier test (the web UI starts again) is finished and summarized.
-        if driver is not None and driver.finished.is_set() and not session.summarized:
-            return None
-        if session.cut_short and not session.summarized:
-            return None
-        if opts.run_time and self.get_run_time() >= opts.run_time and not session.summarized:
-            session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
-            return None
-        users = session.users_wanted()
-        rate = opts.spawn_rate if _SPAWN_RATE_GIVEN.get(environment) else float(users)
-        return users, rate
-
-
-_SPAWN_RATE_GIVEN: "weakref.WeakKeyDictionary[Environment, bool]" = weakref.WeakKeyDictionary()
-
-
 # --- event listeners ----------------------------------------------------------------------------
 
 def _on_init(environment: Environment, **_kwargs: Any) -> None:
@@ -444,15 +413,15 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     runner = environment.runner
     if opts is None or runner is None:
         return
-    _SPAWN_RATE_GIVEN[environment] = opts.spawn_rate is not None  # Locust fills in 1 later
     plays_load_modes = any(issubclass(cls, RoundsUser) for cls in environment.user_classes)
     watch = SelfWatch()
-    settings = _settings(opts, "", _api_key(opts))
+    settings = request_settings(opts, "", api_key_of(opts))
     if isinstance(runner, WorkerRunner):
         _init_worker(environment, runner, ProcessRun(environment, settings,
                                                      WorkerSink(runner.send_message, watch), watch))
         return
     session = RunSession(environment, plays_load_modes)
+    session.spawn_rate_given = opts.spawn_rate is not None  # Locust fills in 1 later
     _SESSIONS[environment] = session
     session.start_target()
     if plays_load_modes and session.mode in FREE_RUNNING_MODES:
@@ -511,89 +480,3 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
         lambda client_id, data: data.__setitem__(SELFWATCH_KEY, run.watch.snapshot()))
     environment.events.test_start.add_listener(lambda **_: run.watch.start())
     environment.events.test_stop.add_listener(lambda **_: (run.sink.flush(), run.watch.stop()))
-
-
-def run_profile(opts: Any) -> Profile:
-    """The run's profile: the `--profile` file, or the protocol from the command-line options.
-
-    A profile's settings then stand in the options (the manifest and the request defaults read
-    them there). Raises `ProfileError` (one line) when it cannot be used.
-    """
-    if not opts.profile:
-        unknown = [name for name in opts.scenarios if name not in PROTOCOL_PROMPTS]
-        if unknown:
-            raise ProfileError(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
-        return Profile.model_validate({
-            "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
-            "load": {"mode": "rounds", "rounds": opts.rounds, "concurrency": opts.concurrency},
-            "scenarios": {"protocol": {"single": opts.scenarios}}})
-    profile = load_profile(opts.profile)
-    opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
-    if profile.load.mode == "rounds":
-        opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
-    opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
-    return profile
-
-
-def refuse_profile_settings(opts: Any) -> None:
-    """A profile sets the request and protocol settings itself: those options beside it are
-    refused rather than silently ignored."""
-    for name, default in options.PROFILE_SETTINGS.items():
-        if getattr(opts, name) != default:
-            raise ProfileError(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
-
-
-def refuse_load_mode_options(opts: Any) -> None:
-    """A locustfile with its own users has no rounds or protocol scenarios: those options are
-    refused rather than silently ignored (Locust's own --profile keeps its meaning, a run name)."""
-    for name in options.LOAD_MODE_OPTIONS:
-        if getattr(opts, name) != options.PROFILE_SETTINGS[name]:
-            raise ProfileError(f"--{name.replace('_', '-')}: only for locustfiles/dflash.py's load modes; "
-                               "this locustfile runs its own users")
-    if str(opts.profile or "").endswith(".toml"):
-        raise ProfileError(f"--profile {opts.profile}: profiles run with locustfiles/dflash.py; "
-                           "this locustfile runs its own users")
-
-
-def _settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
-    return ChatSettings(model=model, max_tokens=opts.max_tokens, thinking=opts.thinking,
-                        api_key=api_key, timeout_s=opts.request_timeout, verify_tls=not opts.insecure)
-
-
-def _api_key(opts: Any) -> str | None:
-    return opts.api_key or os.environ.get("OPENAI_API_KEY") or None
-
-
-def _new_run_dir(requested: str, run_number: int, label: str) -> Path:
-    if requested:
-        path = Path(requested if run_number == 1 else f"{requested}-{run_number}")
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path("runs") / f"{stamp}-{label}"
-        suffix = 2
-        while path.exists():
-            path = Path("runs") / f"{stamp}-{label}-{suffix}"
-            suffix += 1
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _usage_error(message: str) -> None:
-    sys.stderr.write(f"error: {message}\n")
-    sys.exit(2)
-
-
-def check_run_dir_free(requested: str) -> None:
-    """An explicit --run-dir must be a directory this process can create or use, holding no run;
-    anything else is refused before anything starts."""
-    if not requested:
-        return
-    path = Path(requested)
-    if (path / "records.jsonl").exists() or (path / "manifest.json").exists():
-        _usage_error(f"--run-dir {requested}: already holds a run; choose another directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _usage_error(f"--run-dir {requested}: cannot create it: {exc.strerror or exc}")
-    if not os.access(path, os.W_OK):
-        _usage_error(f"--run-dir {requested}: not writable")

@@ -27,6 +27,7 @@ from werkzeug.datastructures import ImmutableMultiDict
 from loadlib import options
 from loadlib.http1 import Endpoint
 from loadlib.profiles import ProfileError
+from loadlib.runinputs import run_profile
 
 
 def install(environment: Environment, session: Any) -> None:
@@ -139,8 +140,6 @@ def _why_fixed(mode: str) -> str:
 
 def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | None) -> str | None:
     """Why the form's settings cannot run as given with the profile it names, or None."""
-    from loadlib.session import run_profile
-
     profile_file = opts.profile if form_profile is None else form_profile.strip()
     if not profile_file:
         return None

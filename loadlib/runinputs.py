@@ -1,0 +1,102 @@
+"""A run's inputs, checked before anything starts: the profile (or the protocol from the
+command-line options), options that a profile or a locustfile's own users make meaningless, the
+run directory, and the request settings. A bad one is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loadlib import options
+from loadlib.client import ChatSettings
+from loadlib.profiles import Profile, ProfileError, load_profile
+from loadlib.prompts import PROTOCOL_PROMPTS
+
+
+def run_profile(opts: Any) -> Profile:
+    """The run's profile: the `--profile` file, or the protocol from the command-line options.
+
+    A profile's settings then stand in the options (the manifest and the request defaults read
+    them there). Raises `ProfileError` (one line) when it cannot be used.
+    """
+    if not opts.profile:
+        unknown = [name for name in opts.scenarios if name not in PROTOCOL_PROMPTS]
+        if unknown:
+            raise ProfileError(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
+        return Profile.model_validate({
+            "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
+            "load": {"mode": "rounds", "rounds": opts.rounds, "concurrency": opts.concurrency},
+            "scenarios": {"protocol": {"single": opts.scenarios}}})
+    profile = load_profile(opts.profile)
+    opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
+    if profile.load.mode == "rounds":
+        opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
+    opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
+    return profile
+
+
+def refuse_profile_settings(opts: Any) -> None:
+    """A profile sets the request and protocol settings itself: those options beside it are
+    refused rather than silently ignored."""
+    for name, default in options.PROFILE_SETTINGS.items():
+        if getattr(opts, name) != default:
+            raise ProfileError(f"--{name.replace('_', '-')}: set it in the profile {opts.profile}, not beside --profile")
+
+
+def refuse_load_mode_options(opts: Any) -> None:
+    """A locustfile with its own users has no rounds or protocol scenarios: those options are
+    refused rather than silently ignored (Locust's own --profile keeps its meaning, a run name)."""
+    for name in options.LOAD_MODE_OPTIONS:
+        if getattr(opts, name) != options.PROFILE_SETTINGS[name]:
+            raise ProfileError(f"--{name.replace('_', '-')}: only for locustfiles/dflash.py's load modes; "
+                               "this locustfile runs its own users")
+    if str(opts.profile or "").endswith(".toml"):
+        raise ProfileError(f"--profile {opts.profile}: profiles run with locustfiles/dflash.py; "
+                           "this locustfile runs its own users")
+
+
+def request_settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
+    return ChatSettings(model=model, max_tokens=opts.max_tokens, thinking=opts.thinking,
+                        api_key=api_key, timeout_s=opts.request_timeout, verify_tls=not opts.insecure)
+
+
+def api_key_of(opts: Any) -> str | None:
+    return opts.api_key or os.environ.get("OPENAI_API_KEY") or None
+
+
+def new_run_dir(requested: str, run_number: int, label: str) -> Path:
+    if requested:
+        path = Path(requested if run_number == 1 else f"{requested}-{run_number}")
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path("runs") / f"{stamp}-{label}"
+        suffix = 2
+        while path.exists():
+            path = Path("runs") / f"{stamp}-{label}-{suffix}"
+            suffix += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def usage_error(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(2)
+
+
+def check_run_dir_free(requested: str) -> None:
+    """An explicit --run-dir must be a directory this process can create or use, holding no run;
+    anything else is refused before anything starts."""
+    if not requested:
+        return
+    path = Path(requested)
+    if (path / "records.jsonl").exists() or (path / "manifest.json").exists():
+        usage_error(f"--run-dir {requested}: already holds a run; choose another directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        usage_error(f"--run-dir {requested}: cannot create it: {exc.strerror or exc}")
+    if not os.access(path, os.W_OK):
+        usage_error(f"--run-dir {requested}: not writable")
