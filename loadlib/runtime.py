@@ -89,6 +89,7 @@ class WorkerSink(RecordSink):
         self._lines: list[bytes] = []
         self._sent_in_flight = 0
         self._live_at = 0.0
+        self._live_in_flight = 0  # streams in flight in the last running figures sent
         self._greenlet = gevent.spawn(self._tick)
 
     def add(self, record: RequestRecord, urgent: bool = False) -> None:
@@ -105,9 +106,11 @@ class WorkerSink(RecordSink):
         while True:
             gevent.sleep(FLUSH_S)
             live = None
-            if time.monotonic() - self._live_at >= LIVE_S and (live_figures.COUNTERS.in_flight or self._lines):
-                self._live_at = time.monotonic()
-                live = live_figures.COUNTERS.snapshot_and_reset()
+            counters = live_figures.COUNTERS
+            due = time.monotonic() - self._live_at >= LIVE_S
+            if due and (counters.in_flight or self._lines or counters.in_flight != self._live_in_flight):
+                self._live_at, self._live_in_flight = time.monotonic(), counters.in_flight
+                live = counters.snapshot_and_reset()  # the last one says when the streams dropped to 0
             if live is not None or self._lines or self.watch.in_flight != self._sent_in_flight:
                 self.flush(live)
 

@@ -141,7 +141,8 @@ class LiveFigures:
         live = session.live.series()
         origin = series["origin"] if series["origin"] is not None else (live["at"][0] if live["at"] else 0.0)
         search = f" · search: {phase['search']}" if phase.get("search") else ""  # the capacity search's bracket
-        return {"phase": _phase_text(session, slots, len(plan), phase, current, state) + search + _live_text(session.live),
+        live_now = _live_text(session.live) if phase.get("state") != "finished" else ""
+        return {"phase": _phase_text(session, slots, len(plan), phase, current, state) + search + live_now,
                 "state": state, "settings": _settings_text(self.environment, session, plan, frame),
                 "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
                 "series": series, "live": _live_series(live, origin), "run_dir": str(session.run_dir or ""),
