@@ -64,7 +64,7 @@ def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str
     steady_table = metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady)
     found += [sections.steady_state(steady_table, slo.ttft_s, slo.decode_tps),
               sections.streams_held(metrics.streams_held(steady_table, df)),
-              sections.trace_replay(metrics.trace_replay(df)),
+              sections.trace_replay(metrics.trace_replay(df), manifest.get("trace_skipped")),
               sections.steady_percentiles(metrics.steady_percentiles(df, steady)),
               failures_section(tables.failures), sections.exclusions_section(metrics.exclusions_table(df))]
     if any(str(name).startswith(LONG_CONTEXT) for name in df["scenario"].unique()):

@@ -123,10 +123,11 @@ def streams_held(table: pd.DataFrame) -> Section:
         }), keys=("cell",), left=("cell",), optional=True)
 
 
-def trace_replay(table: pd.DataFrame) -> Section:
+def trace_replay(table: pd.DataFrame, skipped: str | None = None) -> Section:
     return Section(
         "trace_replay", "Trace replay (scheduled vs achieved rate over first to last send; lateness = send "
-        "time minus scheduled time; stopped early = answers shorter than their forced length)",
+        "time minus scheduled time; stopped early = answers shorter than their forced length)"
+        + (f"; {skipped}" if skipped else ""),
         table, pd.DataFrame({
             "cell": table["cell"].astype(str), "n": text.column(table["n"], 0),
             "scheduled req/s": text.column(table["scheduled_rps"], 2),

@@ -27,6 +27,7 @@ class ModelList:
 
     ids: list[str] = field(default_factory=list)
     problem: str | None = None
+    context_tokens: dict[str, int] = field(default_factory=dict)  # model -> max_model_len, where listed
 
     def choose(self, requested: str) -> tuple[str, str | None]:
         """The model to request and a warning to give once (None when all is well)."""
@@ -50,8 +51,10 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
         if response.status != 200:
             return ModelList(problem=f"HTTP {response.status}")
         data = orjson.loads(response.body).get("data") or []
-        ids = [str(model["id"]) for model in data if isinstance(model, dict) and "id" in model]
-        return ModelList(ids) if ids else ModelList(problem="the answer lists no model ids")
+        models = [model for model in data if isinstance(model, dict) and "id" in model]
+        context = {str(m["id"]): m["max_model_len"] for m in models if isinstance(m.get("max_model_len"), int)}
+        return ModelList([str(m["id"]) for m in models], context_tokens=context) if models else \
+            ModelList(problem="the answer lists no model ids")
     except TransportError as exc:
         return ModelList(problem=_redacted(str(exc), api_key))
     except (orjson.JSONDecodeError, AttributeError, TypeError):

@@ -51,6 +51,7 @@ class RunSpec:
     users: int  # the -u the run was asked for
     profile: dict[str, Any] | None = None  # the resolved profile (free-running modes)
     workers: list[str] = field(default_factory=list)  # worker ids in share order (distributed runs)
+    context_tokens: int | None = None  # the model's context, where /v1/models says (a trace skips longer lines)
 
     def to_message(self) -> dict[str, Any]:
         return asdict(self)

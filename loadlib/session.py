@@ -179,7 +179,8 @@ class RunSession:
         self.cut_short = None
         self.summarized = False
         api_key = api_key_of(opts)
-        model, model_warning = list_models(self.environment.host, api_key, not opts.insecure).choose(opts.model)
+        models = list_models(self.environment.host, api_key, not opts.insecure)
+        model, model_warning = models.choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)
         self.first_failures = FirstFailures() if not opts.keep_going else None
@@ -200,7 +201,9 @@ class RunSession:
         started_at = getattr(getattr(self.conductor, "timeline", None), "started_at", time.time())
         spec = RunSpec(self.mode, model, settings.max_tokens, settings.thinking, started_at, users,
                        self.profile.model_dump(mode="json", by_alias=True) if self.mode in FREE_RUNNING_MODES else None,
-                       [node.id for node in self.environment.runner.clients.values()] if self.workers else [])
+                       [node.id for node in self.environment.runner.clients.values()] if self.workers else [],
+                       models.context_tokens.get(model))
+        too_long = self._trace_lines_too_long(spec.context_tokens)
         if self.workers is not None:
             self.environment.runner.send_message(RUN_MESSAGE, spec.to_message())
         else:
@@ -214,6 +217,8 @@ class RunSession:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
         if model_warning:
             self.manifest["model_warning"] = model_warning
+        if too_long:
+            self.manifest["trace_skipped"] = too_long
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
         servertruth.attach(self, api_key)
@@ -221,6 +226,20 @@ class RunSession:
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.mode,
                  len(self.conductor.plan), model)
         gevent.spawn(self.conductor.run)
+
+    def _trace_lines_too_long(self, context_tokens: int | None) -> str | None:
+        """A trace's lines that ask for more than the model's context are skipped (every process
+        leaves them out): how many, said once."""
+        load = self.profile.load if self.profile is not None else None
+        if self.mode != "trace" or context_tokens is None:
+            return None
+        skipped = sum(1 for r in load.requests if r.input_tokens + r.output_tokens > context_tokens)
+        if not skipped:
+            return None
+        said = (f"{skipped} of {len(load.requests)} trace lines ask for more than the model's context "
+                f"({context_tokens} tokens, from /v1/models): skipped")
+        log.warning("%s", said)
+        return said
 
     def end(self) -> None:
         """A test stops (finished, stopped or interrupted): print and save the summary once."""

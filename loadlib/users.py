@@ -405,8 +405,11 @@ def _feed_trace(run: ProcessRun, queue: Queue, start: float, requests: list[Trac
     users = run.spec.users if run.spec else 1
     index, count = run.worker_share
     prompts = run.state["mix"]
+    context = run.spec.context_tokens if run.spec else None
     for number in range(index, len(requests), count):
         request = requests[number]
+        if context is not None and request.input_tokens + request.output_tokens > context:
+            continue  # the coordinator counted it and said so
         at = start + request.at_s / speedup
         gevent.sleep(max(at - time.time(), 0.0))
         queue.put(_Arrival(at, cell, prompts, number % users, request))

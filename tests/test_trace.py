@@ -58,6 +58,16 @@ def test_a_plain_csv_trace_is_split_over_two_processes_each_request_once(tmp_pat
     assert (later_turns["cache_intended"] == "warm").all()  # a session resends its history
 
 
+def test_lines_longer_than_the_models_context_are_skipped_with_a_count(tmp_path):
+    lines = [orjson.dumps({"timestamp": i * 50, "input_length": 300_000 if i == 3 else 400, "output_length": 16})
+             for i in range(8)]
+    (tmp_path / "long.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    result, df = run_profile(tmp_path, PROFILE.format(trace="long.jsonl", speedup=1.0), 4)
+    assert len(df[df["measured"]]) == 7
+    said = "1 of 8 trace lines ask for more than the model's context (262144 tokens, from /v1/models): skipped"
+    assert said in result.stderr and said in result.stdout
+
+
 @pytest.mark.parametrize("trace, needle", [
     ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 5, "input_length": 5, '
      '"output_length": 5}\n', "line 2: timestamp goes backwards"),
