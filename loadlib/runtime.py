@@ -61,6 +61,19 @@ class RunSpec:
         return cls(**data)
 
 
+def dispatch_order(worker_ids: list[str]) -> list[str]:
+    """Worker ids in the order Locust's users dispatcher hands them users (`UsersDispatcher.
+    _sort_workers`: by id, then the n-th worker of every host before any (n+1)-th), so that a
+    worker's share index is where its users fall among all the streams."""
+    within_host: dict[str, int] = {}
+    rank = {}
+    for worker_id in sorted(worker_ids):
+        host = worker_id.split("_")[0]
+        rank[worker_id] = within_host.get(host, 0)
+        within_host[host] = rank[worker_id] + 1
+    return sorted(worker_ids, key=lambda worker_id: (rank[worker_id], worker_id))
+
+
 class RecordSink:
     """Where a process's finished records go."""
 

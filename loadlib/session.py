@@ -29,6 +29,7 @@ from typing import Any
 import gevent
 import orjson
 from locust import events
+from locust import stats as locust_stats
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
@@ -49,7 +50,7 @@ from loadlib.records import RequestRecord, read_records
 from loadlib.runinputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
                                refuse_profile_settings, request_settings, run_profile, usage_error)
 from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
-                             RunSpec, WorkerSink, attach, process_run)
+                             RunSpec, WorkerSink, attach, dispatch_order, process_run)
 from loadlib.scenarios import COLD, Mix
 from loadlib.selfwatch import SelfWatch
 from loadlib.users import (FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
@@ -201,7 +202,7 @@ class RunSession:
         started_at = getattr(getattr(self.conductor, "timeline", None), "started_at", time.time())
         spec = RunSpec(self.mode, model, settings.max_tokens, settings.thinking, started_at, users,
                        self.profile.model_dump(mode="json", by_alias=True) if self.mode in FREE_RUNNING_MODES else None,
-                       [node.id for node in self.environment.runner.clients.values()] if self.workers else [],
+                       dispatch_order(list(self.environment.runner.clients)) if self.workers else [],
                        models.context_tokens.get(model))
         too_long = self._trace_lines_too_long(spec.context_tokens)
         if self.workers is not None:
@@ -249,6 +250,8 @@ class RunSession:
         if self.workers is not None:
             self.workers.stop()
             self._wait_for_final_batches()
+        if self.opts.csv_prefix:  # Locust rewrites its --csv files once a second, not at the end: let it
+            gevent.sleep(locust_stats.CSV_STATS_INTERVAL_SEC + 0.2)  # write them once more with every request
         from analysis.formats import console
         from analysis.run_summary import summary_document
 
