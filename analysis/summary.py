@@ -18,6 +18,7 @@ from analysis.formats.json import rows
 from loadlib import metrics
 from loadlib.prompts import SINGLE_STREAM_SCENARIOS
 
+MAX_TOKENS_LISTED = 6  # more distinct max_tokens than this are shown as a range
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
 SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
                    "cn_chat": "Chinese chat", "cn_essay": "Chinese essay"}
@@ -146,7 +147,9 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
         target = f"{target.get('url')}{' (built-in simulator)' if target.get('builtin_simulator') else ''}"
     parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")), ("target", target)) if value]
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
-    if max_tokens:
+    if len(max_tokens) > MAX_TOKENS_LISTED:  # lengths drawn per request (synthetic, dataset, trace)
+        parts.append(f"max_tokens {max_tokens[0]}–{max_tokens[-1]} ({len(max_tokens)} values)")
+    elif max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
     parts.append("thinking " + thinking_phrase(df["thinking"].unique()))
     if protocol.any():

@@ -94,3 +94,14 @@ def test_a_missing_trace_or_scenarios_beside_it_are_refused(tmp_path):
         result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
                                  "--profile", "p.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+
+
+def test_plain_jsonl_traces_read_like_csv_ones(tmp_path):
+    from loadlib.trace import load_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"timestamp_s": 2.5, "input_tokens": 100, "output_tokens": 8, "session_id": "a"}\n'
+                     b'{"timestamp_s": 3.0, "input_tokens": 120, "output_tokens": 9}\n')
+    first, second = load_trace(path)
+    assert (first.at_s, first.input_tokens, first.output_tokens, first.session) == (0.0, 100, 8, "a")
+    assert (second.at_s, second.session, second.hash_ids) == (0.5, None, ())
