@@ -84,8 +84,8 @@ def arrival_offsets(rate_rps: float, arrival: str, span_s: float, rng: random.Ra
 
 
 def free_running_cells(profile: Profile, users: int, mix: Scenario) -> list[Cell]:
-    """The cells of a closed, ladder or open run, in the order they run: the warm-up, then the
-    measured cell (closed, open) or one cell per level (ladder)."""
+    """The cells of a closed, ladder, open or trace run, in the order they run: the warm-up, then
+    the measured cell (closed, open) or one cell per level (ladder); a trace is one cell."""
     load = profile.load
     if load.mode == "open":
         measured = [Cell(f"open-{load.rate_rps:g}rps", "open", mix, users, duration_s=load.duration_s)]

@@ -34,6 +34,13 @@ Thinking = Annotated[Literal["server", "on", "off"],
 DEFAULT_SIZES = [3000, 14000, 57000, 116000, 234000]
 
 
+def beside_the_profile(path: str, info: ValidationInfo) -> str:
+    """A file named in a profile, relative to the profile file: made absolute on first load, so
+    the profile sent to workers finds the same file."""
+    profile_dir = (info.context or {}).get("profile_dir")
+    return str(Path(profile_dir, path).absolute()) if profile_dir is not None else path
+
+
 class ProfileError(Exception):
     """A profile that cannot be used; str is one line: `FILE: KEY: what is wrong`."""
 
@@ -157,9 +164,7 @@ class DatasetSpec(_ScenarioSpec):
     @field_validator("path")
     @classmethod
     def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
-        """Made absolute on first load, so the profile sent to workers finds the same file."""
-        profile_dir = (info.context or {}).get("profile_dir")
-        return str(Path(profile_dir, path).absolute()) if profile_dir is not None else path
+        return beside_the_profile(path, info)
 
     @model_validator(mode="after")
     def _load(self) -> "DatasetSpec":
@@ -295,9 +300,7 @@ class TraceLoad(_Strict):
     @field_validator("trace")
     @classmethod
     def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
-        """Made absolute on first load, so the profile sent to workers finds the same file."""
-        profile_dir = (info.context or {}).get("profile_dir")
-        return str(Path(profile_dir, path).absolute()) if profile_dir is not None else path
+        return beside_the_profile(path, info)
 
     @model_validator(mode="after")
     def _load(self) -> "TraceLoad":
