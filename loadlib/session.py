@@ -53,14 +53,13 @@ from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RU
                              RunSpec, WorkerSink, attach, dispatch_order, process_run)
 from loadlib.scenarios import COLD, Mix
 from loadlib.selfwatch import SelfWatch
-from loadlib.users import (FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
+from loadlib.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
                            profile_user_classes)
 from loadlib.workers import ASSIGN_MESSAGE, WorkerDispatch
 
 log = logging.getLogger("uni-bench")
 
 SELFWATCH_KEY = "uni_selfwatch"
-CUSTOM_MODE = "locust"
 LIVE_WINDOW = 5000  # records kept in memory for the live figures of an open-ended run
 FINAL_BATCHES_WAIT_S = 5.0  # how long the end waits for the workers' last batches of records
 _installed = False
@@ -89,7 +88,7 @@ class OpenEnded(Driver):
     plan: list[Any] = []
 
     def play(self) -> None:
-        self.phase = {"state": "running", "cell": CUSTOM_MODE}
+        self.phase = {"state": "running", "cell": CUSTOM_CASE}
         gevent.sleep(float("inf"))
 
 
@@ -123,7 +122,7 @@ class RunSession:
 
     @property
     def mode(self) -> str:
-        return self.profile.load.mode if self.plays_load_modes and self.profile is not None else CUSTOM_MODE
+        return self.profile.load.mode if self.plays_load_modes and self.profile is not None else CUSTOM_CASE
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -191,7 +190,7 @@ class RunSession:
         common = dict(build_body=lambda job: chat_body(settings, job.messages, **job.params),
                       dispatch=self._dispatch, capacity=self._capacity, flush=flush,
                       lead_time_s=0.25 if self.workers is not None else 0.05, request_timeout_s=opts.request_timeout)
-        if self.mode == CUSTOM_MODE:
+        if self.mode == CUSTOM_CASE:
             self.conductor = OpenEnded(users=users, **common)
         else:
             self.conductor = make_driver(self.profile, users, started_at=time.time() + 0.5,
@@ -258,7 +257,7 @@ class RunSession:
         self.master_watch.stop()
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         # a locustfile's own users have no plan to finish: Locust's -t or Stop is their end
-        self.manifest["finished"] = self.mode == CUSTOM_MODE or (self.conductor is not None
+        self.manifest["finished"] = self.mode == CUSTOM_CASE or (self.conductor is not None
                                                                  and self.conductor.finished.is_set())
         if self.cut_short:
             self.manifest["cut_short"] = self.cut_short

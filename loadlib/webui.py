@@ -30,6 +30,7 @@ from analysis import render_summary, text
 from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, thinking_phrase
 from loadlib import metrics, webform
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records
+from loadlib.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     steady = metrics.steady_state_table(frame).set_index("cell")
     steady_pct = metrics.steady_percentiles(frame)
     steady_ttft = steady_pct[steady_pct["figure"] == "ttft_s"].set_index("cell")
+    steady_decode = steady_pct[steady_pct["figure"] == "decode_tps"].set_index("cell")
+    steady_chunk = steady_pct[steady_pct["figure"] == "tok_per_chunk"].set_index("cell")
     prefill = metrics.prefill_table(frame)
 
     def figures(slot: Slot) -> dict[str, str]:
@@ -219,6 +222,8 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
                               overlap=_get(cell, "overlap_vs_stream_decode"), cache=_cached_share(_get(cell, "cached_share")))
         done = f"{len(own)} requests" if len(own) else text.MISSING
         return _formatted(_row(steady_ttft, slot.cell), failures, done,
+                          decode=_get(_row(steady_decode, slot.cell), "p50"),
+                          tok_per_chunk=_get(_row(steady_chunk, slot.cell), "p50"),
                           aggregate=_get(_row(steady, slot.cell), "decode_tps"),
                           cache=_cache_states(prefill[prefill["cell"] == slot.cell]))
     return figures
@@ -320,6 +325,8 @@ def _status(index: int, current: int | None, phase: dict[str, Any], runner_state
     running = runner_state in ("spawning", "running")
     if phase.get("state") == "finished" or (current is not None and index < current):
         return "done"
+    if phase.get("cell") == CUSTOM_CASE:  # a locustfile's own users: every row runs at once
+        return "▶ running" if running else "stopped"
     if current is None or index > current:
         return "waiting" if running else ("not run" if current is not None else "")
     return f"▶ {_progress(phase, short=True)}" if running else f"stopped in {_progress(phase, short=True)}"
@@ -340,6 +347,9 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str
         return "No run yet: start one with the form (New test)"
     if phase.get("state") == "finished":
         return f"Finished: all {plan_size} cells done, {session.record_count} requests"
+    if phase.get("cell") == CUSTOM_CASE:
+        return (f"Now: the locustfile's own users, {session.record_count} requests so far" if runner_state in
+                ("spawning", "running") else f"Stopped: {session.record_count} requests")
     if current is None:
         return "Starting: waiting for users" if runner_state in ("spawning", "running") else "Stopped"
     stopped = "" if runner_state in ("spawning", "running") else "stopped at "
