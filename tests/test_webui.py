@@ -241,11 +241,13 @@ def wait_for_streams(run_dir: Path, streams: int, timeout: float = 30.0) -> None
 
 
 def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
-    with started_web_locust(tmp_path, "--rounds", "20", workers=0) as (url, _run_dir), \
+    with started_web_locust(tmp_path, "--rounds", "20", workers=0) as (url, run_dir), \
             chromium_page() as page:
         page.goto(url)
         page.fill("input[name=userCount]", "2")
         page.get_by_role("button", name="Start").click()
+        wait_for_streams(run_dir, 1)  # the run is under way
+        page.reload()
         page.get_by_role("button", name="Edit").click()
         page.locator("input[name=userCount]").last.fill("4")
         said: list[str] = []
