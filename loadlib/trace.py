@@ -33,6 +33,7 @@ from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS,
 BLOCK_TOKENS = 512  # mooncake's hash block
 ASK = "\n\nSummarise the lines above."
 LEARN_PROMPTS = 64
+PROBE_BLOCKS = 4  # blocks in the probe that measures a block's cost
 
 
 class TraceError(ValueError):
@@ -145,7 +146,8 @@ class TracePrompts(Scenario):
         raise TypeError("trace prompts come from the trace's requests (job_for)")
 
     def prepare(self, send: Send) -> None:
-        """Two probes, as long-context's: the frame alone, and a block's worth of filler."""
+        """Two probes, as long-context's: the frame alone, and a block's worth of filler; then one
+        with four hash blocks of the probe's own (never a trace's), for what a block's text costs."""
         if self.calibration.frame_tokens is not None:
             return
         probes = [Job("calibrate", self._unique(chars), {**self.params, "max_tokens": PROBE_TOKENS})
@@ -155,6 +157,12 @@ class TracePrompts(Scenario):
         # a block's size from these two probes alone: the same on every process (the server's
         # tokenizer answers them alike), before any answer refines the rest
         self._block_chars = self.calibration.chars_for((self.calibration.frame_tokens or 0) + BLOCK_TOKENS)
+        blocks = "".join(self._block(-n) for n in range(1, PROBE_BLOCKS + 1))
+        probe = Job("calibrate", [{"role": "user", "content": blocks + self._unique(0)[0]["content"]}],
+                    {**self.params, "max_tokens": PROBE_TOKENS})
+        tokens = send([probe], "calibrate")[0].get("prompt_tokens")
+        if tokens and self.calibration.frame_tokens is not None:
+            self._block_tokens = (tokens - self.calibration.frame_tokens) / PROBE_BLOCKS
 
     def observe(self, job: Job, record: dict[str, Any]) -> None:
         """The first answers refine the sizing: a prompt of filler alone the calibration, one with
