@@ -38,10 +38,6 @@ class LiveSeries:
         while self._chunks and next(iter(self._chunks)) < second - self.horizon_s:
             self._in_flight.pop(self._chunks.popitem(last=False)[0], None)
 
-    def forget(self, source: str) -> None:
-        """A process is gone: its streams are no longer in flight."""
-        self._latest.pop(source, None)
-
     @property
     def tokens_per_chunk(self) -> float:
         """Usage tokens per chunk of the requests that ended (1 until one has)."""

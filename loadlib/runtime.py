@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import gevent
-from gevent.event import Event
 from gevent.queue import Queue
 from locust.env import Environment
 
@@ -141,7 +140,6 @@ class ProcessRun:
         self.assignments: Queue = Queue()  # rounds mode: what the conductor wants sent here
         self.spec: RunSpec | None = None
         self.state: dict[Any, Any] = {}  # per-test state of the users' classes (scenarios, schedules)
-        self.ready = Event()  # set when the current test's spec has arrived
         self._slots: set[int] = set()
 
     def start(self, spec: RunSpec) -> None:
@@ -150,7 +148,6 @@ class ProcessRun:
         self.settings = ChatSettings(**{**asdict(self.settings), "model": spec.model,
                                         "max_tokens": spec.max_tokens, "thinking": spec.thinking})
         self.state = {}
-        self.ready.set()
 
     @property
     def worker_share(self) -> tuple[int, int]:
@@ -161,12 +158,6 @@ class ProcessRun:
         if my_id in workers:
             return workers.index(my_id), len(workers)
         return 0, 1
-
-    def wait_ready(self) -> RunSpec:
-        """The current test's spec (a user spawned before it arrived waits for it)."""
-        self.ready.wait()
-        assert self.spec is not None
-        return self.spec
 
     def take_slot(self) -> int:
         """The lowest user slot of this process that no running user holds (a user stopped by a
