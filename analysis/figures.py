@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.rundir import Run
 from analysis.run_summary import goodput_slo
 from analysis.summary import ProtocolTables
-from loadlib import metrics
+from loadlib.figures import free_running
 
 FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
 
@@ -38,7 +38,7 @@ def run_figures(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float
         _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode"),
     ]
     slo = goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps)
-    steady = metrics.steady_state_table(run.records, slo.ttft_s, slo.decode_tps).set_index("cell")
+    steady = free_running.steady_state_table(run.records, slo.ttft_s, slo.decode_tps).set_index("cell")
     parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
               _rows(steady, "{} goodput req/s", "goodput_rps")]
     ttft = tables.ttft

@@ -17,7 +17,7 @@ from analysis import locust_csv, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
 from analysis.summary import CASE_LABELS, ProtocolTables, case_labels
-from loadlib import metrics
+from loadlib.figures import protocol_tables
 
 REFERENCE_SCENARIO = "code"
 
@@ -33,12 +33,12 @@ def grid(tables: dict[str, ProtocolTables]) -> Section:
     """One row a run; single-stream code decode, then aggregate t/s per N and case."""
     long = pd.concat([t.concurrent.assign(run=label) for label, t in tables.items()], ignore_index=True)
     long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long))]
-    single = pd.DataFrame({"run": list(tables), "cell": metrics.SINGLE_CASE, "concurrency": 1,
-                           "case": metrics.SINGLE_CASE, "aggregate_tps": [_single_decode(t) for t in tables.values()],
+    single = pd.DataFrame({"run": list(tables), "cell": protocol_tables.SINGLE_CASE, "concurrency": 1,
+                           "case": protocol_tables.SINGLE_CASE, "aggregate_tps": [_single_decode(t) for t in tables.values()],
                            "column": f"1 stream {REFERENCE_SCENARIO}"})
     data = pd.concat([single, long[["run", "cell", "concurrency", "case", "aggregate_tps", "min", "max", "n",
                                     "column"]]], ignore_index=True)
-    order = data.assign(_case=data["case"].map({"single": 0, **{c: i + 1 for i, c in enumerate(metrics.CONCURRENT_CASES)}}))
+    order = data.assign(_case=data["case"].map({"single": 0, **{c: i + 1 for i, c in enumerate(protocol_tables.CONCURRENT_CASES)}}))
     columns = list(dict.fromkeys(order.sort_values(["concurrency", "_case", "cell"])["column"]))
     view = text.grid(data.assign(cell=text.column(data["aggregate_tps"])), "run", "column", list(tables), columns)
     return Section("panorama", "Panorama: aggregate t/s (protocol definition) per configuration; "
@@ -55,7 +55,7 @@ def scaling(tables: dict[str, ProtocolTables]) -> Section:
         other = tables[label]
         rows.append({"comparison": f"{label} vs {labels[0]}: 1 stream {REFERENCE_SCENARIO} decode",
                      "ratio": _single_decode(other) / _single_decode(first), "linear": 1.0})
-        for case in metrics.CONCURRENT_CASES:
+        for case in protocol_tables.CONCURRENT_CASES:
             top, top_first = _top(other.concurrent, case), _top(first.concurrent, case)
             if top is None or top_first is None:
                 continue

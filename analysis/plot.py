@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 
 from analysis.rundir import Run
 from analysis.summary import CASE_LABELS, PROTOCOL_CASES, ProtocolTables, cell_order, scenario_label
-from loadlib import metrics
-from loadlib import search as search_module
+from loadlib.figures import free_running, protocol_tables
+from loadlib.modes import search as search_module
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
 CASE_STYLE = {"same": "-", "different": "--"}
@@ -156,9 +156,9 @@ def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
     drawn = False
     for color, run in zip(_colors(), runs):
         df = run.records
-        ok = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(metrics.CONCURRENT_CASES)]
+        ok = df[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(protocol_tables.CONCURRENT_CASES)]
         ok = ok.sample(min(len(ok), SAMPLE), random_state=0) if len(ok) > SAMPLE else ok
-        hit = metrics.cache_states(ok) == metrics.HIT
+        hit = protocol_tables.cache_states(ok) == protocol_tables.HIT
         cold = ok[~hit]
         warm = ok[hit]
         if not cold.empty:
@@ -182,7 +182,7 @@ def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
 def timeline(run: Run) -> Figure | None:
     """Streams in flight and decode tokens/s over the run, each cell's span shaded and named."""
     df = run.records
-    series = metrics.timeline(df)
+    series = free_running.timeline(df)
     if series.empty:
         return None
     fig = Figure(figsize=(11, 6.5), layout="constrained")
@@ -214,10 +214,10 @@ MAX_BOXED_CELLS = 6  # more cells than this share one box per bucket
 def by_length(run: Run) -> Figure | None:
     """TTFT against prompt tokens (left) and decode t/s against completion tokens (right) in the
     free-running cells: every request a dot (a sample of `SAMPLE`), and a box per length bucket
-    (`metrics.length_edges`: the report's buckets) and cell, side by side within the bucket."""
+    (`free_running.length_edges`: the report's buckets) and cell, side by side within the bucket."""
     df = run.records
     free = df[df["ok"] & ~df["case"].isin(PROTOCOL_CASES)]
-    table = metrics.by_length_table(df)
+    table = free_running.by_length_table(df)
     if table.empty:
         return None
     cells = list(dict.fromkeys(table["cell"]))
@@ -227,7 +227,7 @@ def by_length(run: Run) -> Figure | None:
     titles = {"ttft_s": ("prompt tokens (usage.prompt_tokens)", "TTFT, s", "TTFT against prompt length"),
               "decode_tps": ("completion tokens (usage.completion_tokens)", "decode tokens/s per stream",
                              "Decode against answer length")}
-    for ax, (figure, tokens) in zip(axes, metrics.BY_LENGTH):
+    for ax, (figure, tokens) in zip(axes, free_running.BY_LENGTH):
         rows = free[free[figure].notna() & free[tokens].notna()]
         buckets = table[table["figure"] == figure]
         if buckets.empty:

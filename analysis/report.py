@@ -11,7 +11,7 @@ from analysis.rundir import Run
 from analysis.run_summary import goodput_slo, summary_document
 from analysis.sections import by_length, prefill
 from analysis.summary import ProtocolTables, case_labels, scenario_label, summary_dict
-from loadlib import metrics
+from loadlib.figures import free_running, protocol_tables
 
 
 def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
@@ -25,8 +25,8 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
         *summary.sections,
         single_details(tables.single),
         concurrency_details(tables.concurrent),
-        by_length(metrics.by_length_table(df)),
-        *([] if "prefill" in shown else [prefill(metrics.prefill_table(df))]),
+        by_length(free_running.by_length_table(df)),
+        *([] if "prefill" in shown else [prefill(protocol_tables.prefill_table(df))]),
         *locust_csv.sections(run.locust),
     ]
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result

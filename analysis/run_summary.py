@@ -20,7 +20,8 @@ from analysis import sections, server_view
 from analysis.document import Document
 from analysis.formats import console
 from analysis.summary import PROTOCOL_CASES, ProtocolTables, failures_section, protocol_sections, settings_line
-from loadlib import metrics
+from loadlib.figures import free_running, protocol_tables
+from loadlib.records import records_frame
 
 LONG_CONTEXT = "long-context"  # scenario names of the long-context kind start with it
 
@@ -46,7 +47,7 @@ def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any
                    run_dir: str | Path | None = None) -> str:
     """The summary's text from the records (dicts) and the final manifest; with `run_dir`, also
     the server's view from its `metrics.jsonl`."""
-    return console.render(summary_document(metrics.records_frame(records), manifest or {}, run_dir))
+    return console.render(summary_document(records_frame(records), manifest or {}, run_dir))
 
 
 def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str | Path | None = None,
@@ -60,15 +61,15 @@ def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str
     tables = tables or ProtocolTables.from_frame(df)
     found = [sections.search_section(manifest)]
     found += protocol_sections(tables) if df["case"].isin(PROTOCOL_CASES).any() else []
-    steady = metrics.steady_cells(df)
-    steady_table = metrics.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady)
+    steady = free_running.steady_cells(df)
+    steady_table = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps, steady)
     found += [sections.steady_state(steady_table, slo.ttft_s, slo.decode_tps),
-              sections.streams_held(metrics.streams_held(steady_table, df)),
-              sections.trace_replay(metrics.trace_replay(df), manifest.get("trace_skipped")),
-              sections.steady_percentiles(metrics.steady_percentiles(df, steady)),
-              failures_section(tables.failures), sections.exclusions_section(metrics.exclusions_table(df))]
+              sections.streams_held(free_running.streams_held(steady_table, df)),
+              sections.trace_replay(free_running.trace_replay(df), manifest.get("trace_skipped")),
+              sections.steady_percentiles(free_running.steady_percentiles(df, steady)),
+              failures_section(tables.failures), sections.exclusions_section(protocol_tables.exclusions_table(df))]
     if any(str(name).startswith(LONG_CONTEXT) for name in df["scenario"].unique()):
-        found.append(sections.prefill(metrics.prefill_table(df)))
+        found.append(sections.prefill(protocol_tables.prefill_table(df)))
     found += [sections.cache_section(df), sections.turn_section(df), sections.client_watch_section(manifest)]
     if run_dir is not None:
         found += server_view.server_sections(Path(run_dir), df, manifest)

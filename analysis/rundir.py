@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from analysis.locust_csv import LocustCsv, read_locust_csv
-from loadlib import metrics
+from loadlib.records import (FLOAT_COLUMNS, INT_COLUMNS, RECORD_COLUMNS, TEXT_DTYPE, RecordError, frame_from_columns,
+                             record_columns)
 from loadlib.records import RECORDS_FILE
 
 MANIFEST_FILE = "manifest.json"
@@ -30,11 +31,11 @@ NEWLINE, COMMA, OPEN, CLOSE = b"\n,[]"
 PARALLEL_BYTES = 32 << 20  # a journal this large is read in two halves at once
 GROUPING_COLUMNS = ("cell", "case", "scenario")
 _ARROW_READ = pa_json.ReadOptions(block_size=16 << 20)
-_TEXT_MAPPER = {pa.string(): metrics.TEXT_DTYPE} if metrics.TEXT_DTYPE != object else {}
+_TEXT_MAPPER = {pa.string(): TEXT_DTYPE} if TEXT_DTYPE != object else {}
 _ARROW_PARSE = pa_json.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
-    (name, pa.int64() if name in metrics.INT_COLUMNS else pa.float64() if name in metrics.FLOAT_COLUMNS
+    (name, pa.int64() if name in INT_COLUMNS else pa.float64() if name in FLOAT_COLUMNS
      else pa.bool_() if name in ("thinking", "measured") else pa.string())
-    for name in metrics.RECORD_COLUMNS]))
+    for name in RECORD_COLUMNS]))
 
 
 class RunDirError(Exception):
@@ -64,7 +65,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
 
 
 def read_records_frame(run_dir: str | Path) -> pd.DataFrame:
-    """The `metrics.records_frame` of a run directory's journal (or of a records.jsonl itself).
+    """The `records_frame` of a run directory's journal (or of a records.jsonl itself).
 
     Reading a million JSON lines is the slowest step of every command: pyarrow's JSON reader does
     it (`_arrow_frame`); a journal it cannot take whole (a record of the wrong shape or types) is
@@ -93,7 +94,7 @@ def exact_frame(path: Path) -> pd.DataFrame:
     finally:
         if second is not None:
             second.close()
-    frame = metrics.frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
+    frame = frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
                                         for col, values in columns.items()})
     if tally.bad == [tally.lines]:
         warnings.warn(f"{path}: skipped a torn last line (line {tally.lines})", SkippedLinesWarning, stacklevel=2)
@@ -124,7 +125,7 @@ def _arrow_frame(path: Path) -> pd.DataFrame | None:
     columns = _arrow_columns(table)
     if columns is None:
         return None
-    frame = metrics.frame_from_columns(columns)
+    frame = frame_from_columns(columns)
     if end < size:
         lines = table.num_rows + 1
         warnings.warn(f"{path}: skipped a torn last line (line {lines})", SkippedLinesWarning, stacklevel=3)
@@ -132,19 +133,19 @@ def _arrow_frame(path: Path) -> pd.DataFrame | None:
 
 
 def _arrow_columns(table: Any) -> dict[str, Any] | None:
-    """`metrics.record_columns`' arrays from an Arrow table (read with the records' schema), or
+    """`record_columns`' arrays from an Arrow table (read with the records' schema), or
     None where a value needs the exact reader (a whole number that is missing)."""
     rows = table.num_rows
     columns: dict[str, Any] = {}
-    for name in metrics.RECORD_COLUMNS:
+    for name in RECORD_COLUMNS:
         column = table.column(name) if name in table.column_names else pa.nulls(rows)
-        if name in metrics.INT_COLUMNS:
+        if name in INT_COLUMNS:
             if column.null_count:
                 return None
             columns[name] = column.to_numpy()
-        elif name in metrics.FLOAT_COLUMNS:
+        elif name in FLOAT_COLUMNS:
             columns[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        elif name == "thinking":  # true, false, null: on, off, server (as metrics.THINKING_WORDS)
+        elif name == "thinking":  # true, false, null: on, off, server (as THINKING_WORDS)
             sent = column.is_valid().to_numpy(zero_copy_only=False)
             on = column.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
             columns[name] = np.where(sent, np.where(on, "on", "off"), "server").astype(object)
@@ -180,8 +181,8 @@ def _read_part(path: Path, start: int, stop: int) -> tuple[dict[str, np.ndarray]
     """Typed columns of the records in bytes [start, stop) of the journal (whole lines)."""
     tally = _Tally()
     try:
-        return metrics.record_columns(_parsed(path, start, stop, tally)), tally
-    except metrics.RecordError as exc:
+        return record_columns(_parsed(path, start, stop, tally)), tally
+    except RecordError as exc:
         raise _PartError(start, exc.index, str(exc)) from None
 
 

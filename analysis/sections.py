@@ -2,7 +2,7 @@
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
 and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
 
-Each function turns one `loadlib.metrics` table (or what the manifest kept: the search's result,
+Each function turns one `loadlib.figures.metrics` table (or what the manifest kept: the search's result,
 the self-watch) into a section; the end-of-run summary and `python -m analysis report` show the
 same sections.
 """
@@ -15,8 +15,9 @@ import pandas as pd
 
 from analysis import text
 from analysis.document import Section
-from loadlib import metrics, search
-from loadlib.selfwatch import client_limited
+from loadlib.figures import free_running, protocol_tables
+from loadlib.modes import search
+from loadlib.run.selfwatch import client_limited
 
 WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s", "loop_lag_p99_s",
                  "loop_lag_max_s", "samples", "reasons"]
@@ -28,7 +29,7 @@ SEARCH_COLUMNS = ["value", "cells", "n", "failed", "ttft_p", "ttft_s", "ttft_low
 
 
 def search_section(manifest: Mapping[str, Any]) -> Section:
-    """The capacity search (`loadlib.search`) as the run's manifest kept it: the best level and
+    """The capacity search (`loadlib.modes.search`) as the run's manifest kept it: the best level and
     why the search stopped in the title, every level in the order tried with its SLO figures,
     their bootstrap ranges, the share of resamples that met the SLO, and its verdict."""
     result = manifest.get("search") or {}
@@ -111,7 +112,7 @@ def steady_state(table: pd.DataFrame, slo_ttft_s: float, slo_decode_tps: float) 
 def streams_held(table: pd.DataFrame) -> Section:
     """Closed-loop cells whose streams in flight fell short of the streams asked for: such a run
     measured fewer streams than its name says (the client could not keep them all busy)."""
-    short = table[table["held_share"] < metrics.STREAMS_HELD_SHARE]
+    short = table[table["held_share"] < free_running.STREAMS_HELD_SHARE]
     title = ("STREAMS BELOW ASKED: " + "; ".join(
         f"{row.cell} held {text.num(row.in_flight)} of {int(row.asked)} streams in flight"
         for row in short.itertuples()) + " (not a result at the asked concurrency; see the client self-watch)"
@@ -151,7 +152,7 @@ def steady_percentiles(table: pd.DataFrame) -> Section:
 
 def by_length(table: pd.DataFrame) -> Section:
     """TTFT by prompt length and decode by answer length per free-running cell
-    (`metrics.by_length_table`). In the report only, not the end-of-run summary: it is a breakdown
+    (`free_running.by_length_table`). In the report only, not the end-of-run summary: it is a breakdown
     of figures the summary already gives per cell (up to 8 buckets x 2 figures x each cell, too
     long for the lines printed at the end of every run), and reading it takes the per-request
     lengths of a whole run, which the report has at hand."""
@@ -222,7 +223,7 @@ def turn_section(df: pd.DataFrame) -> Section:
     parts = []
     for scenario, group in turns.groupby("scenario", sort=False, observed=True):
         ok = group[group["ok"]].groupby("turn", observed=True)
-        parts.append(metrics.ttft_percentiles(group, by="turn").assign(
+        parts.append(protocol_tables.ttft_percentiles(group, by="turn").assign(
             scenario=scenario, prompt_tokens=ok["prompt_tokens"].mean(),
             cached_tokens=ok["cached_tokens"].mean()).sort_index().reset_index(names="turn"))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(

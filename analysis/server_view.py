@@ -15,8 +15,8 @@ import pandas as pd
 
 from analysis import text
 from analysis.document import Section
-from loadlib import serverfigures
-from loadlib.promscrape import read_scrapes
+from loadlib.truth import server_figures
+from loadlib.truth.scrape import read_scrapes
 
 DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval above 1, or a proxy that "
                    "re-chunks the stream)")
@@ -25,14 +25,14 @@ DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval abo
 def server_sections(run_dir: Path, records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[Section]:
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split
     (the scrapes from `run_dir`, the records frame and manifest of the same run)."""
-    entries = list(read_scrapes(run_dir, serverfigures.NAMES_READ))
-    cells = server_cell_table(serverfigures.server_cells(entries), records)
+    entries = list(read_scrapes(run_dir, server_figures.NAMES_READ))
+    cells = server_cell_table(server_figures.server_cells(entries), records)
     launch = (manifest.get("server") or {}).get("launch") or {}
     return [server_cells_section(cells), divergence_section(cells, launch.get("stream_interval")),
-            router_split_section(serverfigures.router_split(entries), records)]
+            router_split_section(server_figures.router_split(entries), records)]
 
 
-def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFrame) -> pd.DataFrame:
+def server_cell_table(cells: list[server_figures.ServerCell], records: pd.DataFrame) -> pd.DataFrame:
     """One row per source and cell, with the client's tok/chunk over the same cell beside.
 
     A cell with no measured records (warm-up, priming) is left out, as the client's figures
@@ -42,15 +42,15 @@ def server_cell_table(cells: list[serverfigures.ServerCell], records: pd.DataFra
     for c in cells:
         if c.span.cell not in measured_cells:
             continue
-        own = serverfigures.cell_records(records, c.span)
-        tok_per_chunk = serverfigures.client_tok_per_chunk(own)
-        relative = serverfigures.divergence(c.accept_length, tok_per_chunk)
+        own = server_figures.cell_records(records, c.span)
+        tok_per_chunk = server_figures.client_tok_per_chunk(own)
+        relative = server_figures.divergence(c.accept_length, tok_per_chunk)
         rows.append({
             "source": c.source, "server": c.dialect, "cell": c.span.cell,
-            "scenario": serverfigures.cell_scenario(c.span, own),
+            "scenario": server_figures.cell_scenario(c.span, own),
             "accept_length": c.accept_length, "accept_basis": c.accept_basis,
             "client_tok_per_chunk": tok_per_chunk, "divergence": relative,
-            "diverges": serverfigures.diverges(relative, c.accept_tolerance),
+            "diverges": server_figures.diverges(relative, c.accept_tolerance),
             "prefix_hit_rate": c.prefix_hit_rate, "prefix_basis": c.prefix_basis,
             "running_mean": c.running_mean, "running_max": c.running_max,
             "queued_mean": c.queued_mean, "queued_max": c.queued_max,
@@ -86,8 +86,8 @@ def server_cells_section(table: pd.DataFrame) -> Section:
 
 def divergence_section(table: pd.DataFrame, stream_interval: int | None = None) -> Section:
     flagged = table[table["diverges"].astype(bool)]
-    limit = (f"{text.percent(serverfigures.DIVERGENCE_LIMIT)} (by counters; "
-             f"{text.percent(serverfigures.GAUGE_LIMIT)} by a gauge, which samples a few intervals)")
+    limit = (f"{text.percent(server_figures.DIVERGENCE_LIMIT)} (by counters; "
+             f"{text.percent(server_figures.GAUGE_LIMIT)} by a gauge, which samples a few intervals)")
     reported = f"; the server reports stream_interval {stream_interval}" if (stream_interval or 1) > 1 else ""
     return Section(
         "server_divergence", f"DIVERGENCE: the client's tok/chunk is more than {limit} away from the "
@@ -103,10 +103,10 @@ def divergence_section(table: pd.DataFrame, stream_interval: int | None = None) 
         }), keys=("source", "cell", "scenario"), left=("source", "cell"), optional=True)
 
 
-def router_split_section(splits: list[serverfigures.RouterSplit], records: pd.DataFrame) -> Section:
+def router_split_section(splits: list[server_figures.RouterSplit], records: pd.DataFrame) -> Section:
     data = pd.DataFrame([
         {"source": split.source, "cell": split.span.cell,
-         "scenario": serverfigures.cell_scenario(split.span, serverfigures.cell_records(records, split.span)),
+         "scenario": server_figures.cell_scenario(split.span, server_figures.cell_records(records, split.span)),
          "worker": worker, "requests": n}
         for split in splits for worker, n in split.requests.items()],
         columns=["source", "cell", "scenario", "worker", "requests"])

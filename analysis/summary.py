@@ -15,14 +15,15 @@ import pandas as pd
 from analysis import text
 from analysis.document import Section
 from analysis.formats.json import rows
-from loadlib import metrics
-from loadlib.prompts import SINGLE_STREAM_SCENARIOS
+from loadlib.figures import protocol_tables
+from loadlib.records import THINKING_MODES, records_frame
+from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
 MAX_TOKENS_LISTED = 6  # more distinct max_tokens than this are shown as a range
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
 SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
                    "cn_chat": "Chinese chat", "cn_essay": "Chinese essay"}
-PROTOCOL_CASES = (metrics.SINGLE_CASE, *metrics.CONCURRENT_CASES)
+PROTOCOL_CASES = (protocol_tables.SINGLE_CASE, *protocol_tables.CONCURRENT_CASES)
 # issue 8's JSON schema (plus the cell, which tells apart two cells of one N and case)
 SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]
 CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
@@ -41,14 +42,14 @@ class ProtocolTables:
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame) -> "ProtocolTables":
-        single = metrics.single_stream_table(df)
+        single = protocol_tables.single_stream_table(df)
         single = single.reindex(sorted(single.index, key=scenario_order))
-        ttft = metrics.ttft_percentiles(df)
+        ttft = protocol_tables.ttft_percentiles(df)
         ttft = ttft.reindex(sorted(ttft.index, key=cell_order))
-        failures = metrics.failures_table(df)
+        failures = protocol_tables.failures_table(df)
         order = sorted(range(len(failures)), key=lambda i: (cell_order(failures["cell"].iat[i]),
                                                             failures["error"].iat[i]))
-        return cls(single, metrics.concurrency_table(df, single), ttft,
+        return cls(single, protocol_tables.concurrency_table(df, single), ttft,
                    failures.iloc[order].reset_index(drop=True))
 
 
@@ -57,7 +58,7 @@ def protocol_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
     Missing figures (no successful rounds) are None.
     """
-    return summary_dict(ProtocolTables.from_frame(metrics.records_frame(records)))
+    return summary_dict(ProtocolTables.from_frame(records_frame(records)))
 
 
 def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
             }), keys=("scenario",), left=("scenario",)),
         Section(
             "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds: "
-            f"{metrics.ROUND_RULE}, dropped = rounds left out; overlap = aggregate / mean per-stream decode "
+            f"{protocol_tables.ROUND_RULE}, dropped = rounds left out; overlap = aggregate / mean per-stream decode "
             "of those rounds (the thread's), and aggregate / single-stream code decode)",
             concurrent[CONCURRENT_FIELDS], pd.DataFrame({
                 "N": text.column(concurrent["concurrency"], 0),
@@ -167,7 +168,7 @@ def thinking_phrase(modes: Iterable[str]) -> str:
     "server default (not sent)"): a run with thinking on must say so, and one that left
     it to the server's template must say that, since the figures differ a lot."""
     found = set(modes)
-    known = [mode for mode in metrics.THINKING_MODES[1:] + metrics.THINKING_MODES[:1] if mode in found]
+    known = [mode for mode in THINKING_MODES[1:] + THINKING_MODES[:1] if mode in found]
     if len(known) == 1:
         return THINKING_PHRASES[known[0]]
     return " and ".join(mode if mode != "server" else "server default" for mode in known) or "off"
@@ -198,11 +199,11 @@ def scenario_label(name: str) -> str:
 def cell_order(cell: str) -> tuple[int, int, str]:
     """single first, then concurrency cells by N with same before different before a profile's
     (`c8-distinct-issues`), then the rest."""
-    if cell == metrics.SINGLE_CASE:
+    if cell == protocol_tables.SINGLE_CASE:
         return (0, 0, "")
     head, _, name = cell.partition("-")
     if head[:1] == "c" and head[1:].isdigit():
-        cases = metrics.CONCURRENT_CASES
+        cases = protocol_tables.CONCURRENT_CASES
         return (1, int(head[1:]), f"{cases.index(name) if name in cases else len(cases)}{name}")
     return (2, 0, cell)
 

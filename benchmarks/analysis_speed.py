@@ -22,7 +22,7 @@ import pandas as pd
 from analysis.formats import console, json
 from analysis.report import run_report
 from analysis.rundir import load_run
-from loadlib.prompts import SINGLE_STREAM_SCENARIOS, different_prompts
+from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS, different_prompts
 
 T0 = 1_800_000_000.0
 STREAMS = 64

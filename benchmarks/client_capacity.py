@@ -37,7 +37,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from loadlib import metrics  # noqa: E402
+from loadlib.figures import formulas  # noqa: E402
 from loadlib.records import read_records  # noqa: E402
 from loadlib.sim.process import READY_PREFIX, SimulatorProcess, start_simulator  # noqa: E402
 
@@ -151,8 +151,8 @@ def summarize(point: Point, records: pd.DataFrame, sim: pd.DataFrame, cpu: pd.Da
     cpu_used = sum(_cpu_between(cpu, row.start, row.end) for row in windows.itertuples())
     sim_ttft = joined["first_token_at"] - joined["received_at"]
     ttft_err_ms = (joined["ttft_s"] - sim_ttft) * 1000.0
-    client_decode = metrics.decode_tps(joined["completion_tokens"], joined["ttft_s"], joined["total_s"])
-    sim_decode = metrics.decode_tps(joined["completion_tokens_sim"], joined["first_token_at"], joined["done_at"])
+    client_decode = formulas.decode_tps(joined["completion_tokens"], joined["ttft_s"], joined["total_s"])
+    sim_decode = formulas.decode_tps(joined["completion_tokens_sim"], joined["first_token_at"], joined["done_at"])
     decode_err = (client_decode / sim_decode - 1.0).abs() * 100.0
     return {
         "point": point.name,

@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 from locust.rpc.protocol import Message
 
-from loadlib.intake import RecordIntake
+from loadlib.run.intake import RecordIntake
 from loadlib.records import RequestRecord, read_records
-from loadlib.runtime import FLUSH_RECORDS, RECORDS_MESSAGE
+from loadlib.run.runtime import FLUSH_RECORDS, RECORDS_MESSAGE
 from loadlib.sim.process import start_simulator
 
 REPO = Path(__file__).resolve().parent.parent

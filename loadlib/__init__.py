@@ -20,7 +20,8 @@ __all__ = list(_USER_CLASSES)
 
 def __getattr__(name: str) -> Any:
     if name in _USER_CLASSES:
-        from loadlib import session, users
+        from loadlib.run import session
+        from loadlib.run import users
 
         session.install()
         return getattr(users, name)

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
                       PositiveInt, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator)
 
-from loadlib.trace import TraceError, TraceRequest, load_trace
-from loadlib.prompts import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
+from loadlib.modes.trace import TraceError, TraceRequest, load_trace
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SINGLE_STREAM_SCENARIOS
 from loadlib.scenarios.dataset import Dataset, load_dataset
 from loadlib.scenarios.radix import DEFAULT_PROMPT, prompt_text
 from loadlib.scenarios.synthetic import Lengths
@@ -244,7 +244,7 @@ class OpenLoad(_Strict):
 
 class SearchLoad(_Strict):
     """Capacity search: levels of `variable` (closed-loop users, or an open-loop rate) judged
-    against the profile's [slo]; see `loadlib.search`."""
+    against the profile's [slo]; see `loadlib.modes.search`."""
 
     mode: Literal["search"]
     variable: Literal["users", "rate"]
@@ -289,7 +289,7 @@ class SearchLoad(_Strict):
 
 
 class TraceLoad(_Strict):
-    """A recorded trace replayed at its times (`loadlib.trace`); `trace` is relative to the profile
+    """A recorded trace replayed at its times (`loadlib.modes.trace`); `trace` is relative to the profile
     file, read and checked when the profile is."""
 
     mode: Literal["trace"]

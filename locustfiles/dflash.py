@@ -14,7 +14,7 @@ open runs the arrival schedule on every worker. To write your own users, see `lo
 """
 
 from loadlib import RoundsUser
-from loadlib.shape import ProtocolShape  # noqa: F401  (Locust picks the shape up from here)
+from loadlib.run.shape import ProtocolShape  # noqa: F401  (Locust picks the shape up from here)
 
 
 class ProtocolUser(RoundsUser):

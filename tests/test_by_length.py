@@ -14,7 +14,8 @@ from analysis.formats import console
 from analysis.plot import by_length as by_length_plot
 from analysis.report import run_report
 from analysis.run_summary import summary_document
-from loadlib import metrics
+from loadlib.figures import free_running
+from loadlib.records import records_frame
 from loadlib.records import read_records
 from tests.analysis.builders import build_record, build_run
 from tests.profile_runs import run_profile
@@ -23,29 +24,29 @@ from tests.profile_runs import run_profile
 # --- edges ----------------------------------------------------------------------------------------
 
 def test_edges_are_powers_of_two_and_half_steps_around_a_narrow_spread():
-    assert metrics.length_edges(np.array([300, 400, 512])).tolist() == [256, 384, 512, 768]
-    assert metrics.length_edges(np.array([200, 260, 900])).tolist() == [192, 256, 384, 512, 768, 1024]
+    assert free_running.length_edges(np.array([300, 400, 512])).tolist() == [256, 384, 512, 768]
+    assert free_running.length_edges(np.array([200, 260, 900])).tolist() == [192, 256, 384, 512, 768, 1024]
 
 
 def test_one_length_is_one_bucket_around_it():
-    assert metrics.length_edges(np.array([44, 44, 44])).tolist() == [32, 48]
-    assert metrics.length_edges(np.array([1])).tolist() == [1, 2]
-    assert metrics.length_edges(np.array([1, 2, 3])).tolist() == [1, 2, 3, 4]  # whole tokens only
+    assert free_running.length_edges(np.array([44, 44, 44])).tolist() == [32, 48]
+    assert free_running.length_edges(np.array([1])).tolist() == [1, 2]
+    assert free_running.length_edges(np.array([1, 2, 3])).tolist() == [1, 2, 3, 4]  # whole tokens only
 
 
 def test_a_wide_spread_merges_octaves_until_at_most_eight_buckets():
-    edges = metrics.length_edges(np.array([10, 100_000]))
+    edges = free_running.length_edges(np.array([10, 100_000]))
     assert edges.tolist() == [8, 32, 128, 512, 2048, 8192, 32768, 131072]  # x4: seven buckets
-    assert metrics.length_edges(np.arange(1, 2000)).tolist() == [1, 4, 16, 64, 256, 1024, 4096]
+    assert free_running.length_edges(np.arange(1, 2000)).tolist() == [1, 4, 16, 64, 256, 1024, 4096]
     for spread in ([1, 10**6], [3, 7, 5000], [100, 60_000]):
-        edges = metrics.length_edges(np.array(spread))
-        assert len(edges) - 1 <= metrics.MAX_LENGTH_BUCKETS
+        edges = free_running.length_edges(np.array(spread))
+        assert len(edges) - 1 <= free_running.MAX_LENGTH_BUCKETS
         assert edges[0] <= min(spread) and edges[-1] > max(spread)
 
 
 def test_no_usable_counts_give_no_edges():
-    assert metrics.length_edges(np.array([np.nan, 0.0])).size == 0
-    assert metrics.length_edges(np.array([])).size == 0
+    assert free_running.length_edges(np.array([np.nan, 0.0])).size == 0
+    assert free_running.length_edges(np.array([])).size == 0
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def _by_length_records() -> list[dict]:
 
 
 def test_buckets_hold_percentiles_from_raw_records_of_successful_free_running_requests():
-    table = metrics.by_length_table(metrics.records_frame(_by_length_records()))
+    table = free_running.by_length_table(records_frame(_by_length_records()))
     ttft = table[table["figure"] == "ttft_s"]
     assert ttft[["cell", "low", "high", "n"]].values.tolist() == [
         ["closed", 96, 128, 2], ["closed", 192, 256, 1], ["open", 96, 128, 1]]
@@ -81,8 +82,8 @@ def test_buckets_hold_percentiles_from_raw_records_of_successful_free_running_re
 
 
 def test_a_protocol_only_run_has_no_buckets():
-    frame = metrics.records_frame([build_record("single"), build_record("c2-same", slot=0)])
-    assert metrics.by_length_table(frame).empty
+    frame = records_frame([build_record("single"), build_record("c2-same", slot=0)])
+    assert free_running.by_length_table(frame).empty
     assert by_length_plot(build_run([build_record("single")])) is None
 
 
@@ -95,7 +96,7 @@ def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
     assert "  closed   TTFT s       prompt 96–127       0.200   0.280   0.298   2\n" in text
     assert "  open     decode t/s   completion 96–127    50.0    50.0    50.0   1\n" in text
     rows = [s for s in report.sections if s.key == "by_length"][0].data
-    assert rows.columns.tolist() == metrics.BY_LENGTH_COLUMNS
+    assert rows.columns.tolist() == free_running.BY_LENGTH_COLUMNS
 
 
 def test_the_plot_draws_both_figures_per_cell(tmp_path):

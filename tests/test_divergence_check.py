@@ -9,7 +9,7 @@ import pytest
 from analysis.formats.json import rows
 from analysis.report import run_report
 from analysis.rundir import load_run
-from loadlib import serverfigures
+from loadlib.truth import server_figures
 from tests.conftest import FAST_SIM, run_locust
 
 # about three scrapes per single-stream cell, as the default 5 s interval gives at full time scale
@@ -29,7 +29,7 @@ def test_no_divergence_is_flagged_where_nothing_merges_chunks(tmp_path):
     assert {row["scenario"] for row in cells if row["cell"] == "single"} == {"code", "en_tech", "cn_chat", "cn_essay"}
     assert flagged == []
     for row in cells:
-        assert row["accept_basis"] == "gauge" and abs(row["divergence"]) <= serverfigures.GAUGE_LIMIT
+        assert row["accept_basis"] == "gauge" and abs(row["divergence"]) <= server_figures.GAUGE_LIMIT
 
 
 @pytest.mark.parametrize("interval", [2, 4])

@@ -7,7 +7,7 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.http1 import Collector, Connection, Endpoint, TransportError
+from loadlib.wire.connection import Collector, Connection, Endpoint, TransportError
 
 
 def serve(responses):

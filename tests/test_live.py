@@ -5,9 +5,9 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from loadlib import live
-from loadlib.client import ChatClient, ChatSettings, RequestTag, chat_body
-from loadlib.live import TTFT_BUFFER, LiveCounters
+from loadlib.figures import live
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.figures.live import TTFT_BUFFER, LiveCounters
 from loadlib.sim.process import start_simulator
 
 STREAMS = 4

@@ -8,8 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from loadlib import metrics
-from loadlib.modes import arrival_offsets, ladder_levels
+from loadlib.figures import free_running
+
+from loadlib.records import records_frame
+from loadlib.modes.timed import arrival_offsets, ladder_levels
 from tests.conftest import free_port
 from tests.profile_runs import max_in_flight, run_profile
 
@@ -38,7 +40,7 @@ def test_closed_mode_keeps_u_streams_busy_after_a_jittered_start_and_leaves_out_
         ends = (stream["sent_at"] + stream["total_s"]).to_numpy()
         assert (stream["sent_at"].to_numpy()[1:] >= ends[:-1] - 0.001).all()
     assert run["sent_at"].min() >= warmup["sent_at"].max() - 0.3  # the warm-up comes first
-    steady = metrics.steady_state_table(metrics.records_frame(df.to_dict("records")))
+    steady = free_running.steady_state_table(records_frame(df.to_dict("records")))
     assert list(steady["cell"]) == ["closed"] and steady["in_flight"].iloc[0] == pytest.approx(4, rel=0.1)
     assert "Steady state of free-running cells" in result.stdout and "warmup" not in result.stdout
 
@@ -117,7 +119,7 @@ def test_ladder_steps_users_up_to_u_and_measures_each_level_apart(tmp_path):
     assert list(levels["slots"]) == [1, 2, 4] and df["user"].nunique() == 4
     for cell, level in (("ladder-u1", 1), ("ladder-u2", 2), ("ladder-u4", 4)):
         assert max_in_flight(df[df["cell"] == cell]) <= level
-    steady = metrics.steady_state_table(metrics.records_frame(df.to_dict("records"))).set_index("cell")
+    steady = free_running.steady_state_table(records_frame(df.to_dict("records"))).set_index("cell")
     assert steady.loc["ladder-u1", "in_flight"] == pytest.approx(1, rel=0.15)
     assert steady.loc["ladder-u4", "in_flight"] == pytest.approx(4, rel=0.15)
     assert all(cell in result.stdout for cell in levels.index)

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis.summary import protocol_summary
-from loadlib import metrics
+from loadlib.figures import formulas, protocol_tables
+from loadlib.records import records_frame
 from loadlib.records import read_records
 from tests.conftest import FAST_SIM, free_port, run_locust
 
@@ -61,8 +62,8 @@ def test_per_request_figures_match_the_simulators_own_timing(protocol_run):
         assert record["chunks"] == sim["chunks"]
         sim_ttft = sim["first_token_at"] - sim["received_at"]
         assert record["ttft_s"] == pytest.approx(sim_ttft, abs=0.01)
-        sim_decode = metrics.decode_tps(sim["completion_tokens"], sim["first_token_at"], sim["done_at"])
-        client_decode = metrics.decode_tps(record["completion_tokens"], record["ttft_s"], record["total_s"])
+        sim_decode = formulas.decode_tps(sim["completion_tokens"], sim["first_token_at"], sim["done_at"])
+        client_decode = formulas.decode_tps(record["completion_tokens"], record["ttft_s"], record["total_s"])
         assert client_decode == pytest.approx(sim_decode, rel=0.05)
 
 
@@ -73,7 +74,7 @@ def test_round_aggregates_match_the_simulators_timing(protocol_run):
     for record in records:
         if record["concurrency"] > 1:
             rounds.setdefault((record["cell"], record["round"]), []).append(trace[record["request_id"]])
-    table = metrics.round_aggregates(metrics.records_frame(records)).set_index(["cell", "round"])
+    table = protocol_tables.round_aggregates(records_frame(records)).set_index(["cell", "round"])
     for key, sims in rounds.items():
         expected = sum(s["completion_tokens"] - 1 for s in sims) / max(s["done_at"] - s["first_token_at"] for s in sims)
         assert table.loc[key, "aggregate_tps"] == pytest.approx(expected, rel=0.05), key
@@ -168,7 +169,7 @@ def test_a_lost_worker_fails_its_requests_and_the_run_finishes_by_itself(tmp_pat
 
     import psutil
 
-    from loadlib.workers import WORKER_LOST
+    from loadlib.run.workers import WORKER_LOST
     from tests.conftest import LOCUSTFILE
 
     port = str(free_port())

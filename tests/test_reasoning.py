@@ -7,9 +7,10 @@ import orjson
 import pytest
 
 from analysis.rundir import read_records_frame
-from loadlib import metrics
+from loadlib.figures import free_running, protocol_tables
+from loadlib.records import FLOAT_COLUMNS, RECORD_COLUMNS, records_frame
 from loadlib.records import RequestRecord, read_records
-from loadlib.sse import parse_stream
+from loadlib.wire.sse import parse_stream
 from tests.analysis.builders import build_record
 from tests.conftest import FAST_SIM, run_locust
 from tests.test_sse import USAGE, sglang_chunk, sse
@@ -80,28 +81,28 @@ def test_records_without_the_new_fields_still_load(tmp_path):
     (tmp_path / "records.jsonl").write_bytes(orjson.dumps(old) + b"\n")
     frame = read_records_frame(tmp_path)
     assert frame["ttfo_s"].isna().all() and frame["reasoning_tokens"].isna().all()
-    assert {"ttfo_s", "reasoning_tokens"} <= set(metrics.FLOAT_COLUMNS) & set(metrics.RECORD_COLUMNS)
+    assert {"ttfo_s", "reasoning_tokens"} <= set(FLOAT_COLUMNS) & set(RECORD_COLUMNS)
 
 
 def test_ttfo_percentiles_sit_beside_ttft_only_where_a_record_has_one():
-    plain = metrics.records_frame([build_record("single"), build_record("single", round=1)])
-    assert list(metrics.ttft_percentiles(plain).columns) == ["p50", "p90", "p99", "n"]
-    thinking = metrics.records_frame([build_record("single", ttfo_s=0.5, reasoning_tokens=40),
+    plain = records_frame([build_record("single"), build_record("single", round=1)])
+    assert list(protocol_tables.ttft_percentiles(plain).columns) == ["p50", "p90", "p99", "n"]
+    thinking = records_frame([build_record("single", ttfo_s=0.5, reasoning_tokens=40),
                                       build_record("single", round=1, ttfo_s=0.7, reasoning_tokens=60),
                                       build_record("c2-same")])
-    table = metrics.ttft_percentiles(thinking)
+    table = protocol_tables.ttft_percentiles(thinking)
     assert table.loc["single", "ttfo_p50"] == pytest.approx(0.6) and table.loc["single", "ttfo_n"] == 2
     assert table.loc["c2-same", "ttfo_n"] == 0
-    assert metrics.single_stream_table(thinking).loc["code", "ttfo_s"] == pytest.approx(0.6)
+    assert protocol_tables.single_stream_table(thinking).loc["code", "ttfo_s"] == pytest.approx(0.6)
 
 
 def test_steady_percentiles_show_ttfo_and_reasoning_tokens_when_some_request_reasoned():
     def closed(i: int, **fields) -> dict:
         return build_record("closed", case="closed", sent_at=1_700_000_000.0 + i, **fields)
 
-    plain = metrics.steady_percentiles(metrics.records_frame([closed(i, reasoning_tokens=0) for i in range(4)]))
+    plain = free_running.steady_percentiles(records_frame([closed(i, reasoning_tokens=0) for i in range(4)]))
     assert "ttfo_s" not in set(plain["figure"]) and "reasoning_tokens" not in set(plain["figure"])
-    thinking = metrics.steady_percentiles(metrics.records_frame(
+    thinking = free_running.steady_percentiles(records_frame(
         [closed(i, ttfo_s=0.5 + i / 10, reasoning_tokens=100 * i) for i in range(4)]))
     assert {"ttfo_s", "reasoning_tokens"} <= set(thinking["figure"])
 

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.records import RequestRecord
 
 TIMEOUT_S = 0.5  # the client's request timeout in these tests; stalls last twice as long

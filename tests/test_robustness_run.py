@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from analysis.summary import cut_short
-from loadlib import metrics
-from loadlib.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.figures import formulas
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.records import RECORDS_FILE, RecordJournal
 from tests.conftest import LOCUSTFILE, run_locust
 from tests.test_robustness_faults import EXPECTED, MODEL, FaultServer
@@ -144,7 +144,7 @@ def test_failed_requests_never_enter_decode_or_aggregate_figures(fault_run):
     ok = [r for r in records if r["error"] is None]
     for scenario, row in figures["single"].items():
         mine = [r for r in ok if r["cell"] == "single" and r["scenario"] == scenario]
-        decodes = [metrics.decode_tps(r["completion_tokens"], r["ttft_s"], r["total_s"]) for r in mine]
+        decodes = [formulas.decode_tps(r["completion_tokens"], r["ttft_s"], r["total_s"]) for r in mine]
         assert row["n"] == len(mine)
         if mine:
             assert row["decode_tps"] == pytest.approx(sum(decodes) / len(decodes))
@@ -214,7 +214,7 @@ def test_a_server_restart_mid_run_gives_failures_while_down_then_normal_figures(
     assert {e for e in down if e} <= {f"connect to 127.0.0.1:{port}: connection refused",
                                       "connection reset before headers", "connection closed before headers",
                                       "connection reset mid-stream", "connection closed mid-stream"}, down
-    decode = [metrics.decode_tps(r["completion_tokens"], r["ttft_s"], r["total_s"]) for r in records if not r["error"]]
+    decode = [formulas.decode_tps(r["completion_tokens"], r["ttft_s"], r["total_s"]) for r in records if not r["error"]]
     before, after = decode[:first_failure], decode[first_failure:]
     assert sum(after) / len(after) == pytest.approx(sum(before) / len(before), rel=0.25)
     assert "connection refused" in out  # counted in the summary's failure table

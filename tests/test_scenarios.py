@@ -12,7 +12,7 @@ import zlib
 import orjson
 import pytest
 
-from loadlib.cache import FRAMING_TOKENS
+from loadlib.truth.cache import FRAMING_TOKENS
 from loadlib.scenarios import ProtocolScenario
 from loadlib.scenarios.corpus import conversations, work_items
 from loadlib.scenarios.issues import ItemCycle, item_prompt

@@ -1,4 +1,4 @@
-"""The capacity search's judging and stepping (loadlib.search), without Locust: a level's verdict
+"""The capacity search's judging and stepping (loadlib.modes.search), without Locust: a level's verdict
 from its requests and their bootstrap range, and the levels a search tries against a server of
 known capacity."""
 
@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from loadlib.profiles import Slo
-from loadlib.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge, level_seed
+from loadlib.modes.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge, level_seed
 
 TTFT_P90 = Slo(ttft_s=0.1, ttft_p=90)
 
 
 def level(ttft: list[float] | np.ndarray, decode: float = 50.0, failed: int = 0) -> pd.DataFrame:
-    """A level's records as `metrics.records_frame` has them: `ok`, `ttft_s`, `decode_tps`."""
+    """A level's records as `records_frame` has them: `ok`, `ttft_s`, `decode_tps`."""
     n = len(ttft) + failed
     return pd.DataFrame({"ok": [True] * len(ttft) + [False] * failed,
                          "ttft_s": list(ttft) + [np.nan] * failed, "decode_tps": [decode] * len(ttft) + [np.nan] * failed},

@@ -22,7 +22,7 @@ import gevent.ssl
 import psutil
 import pytest
 
-from loadlib.client import ChatClient, ChatSettings
+from loadlib.wire.client import ChatClient, ChatSettings
 from tests.conftest import LOCUSTFILE, free_port, run_locust
 from tests.test_robustness_faults import COMPLETION_TOKENS, MODEL, FaultServer, send
 

@@ -7,7 +7,7 @@ import time
 
 import gevent
 
-from loadlib.selfwatch import LAG_BUCKETS, SelfWatch, client_limited
+from loadlib.run.selfwatch import LAG_BUCKETS, SelfWatch, client_limited
 
 
 def test_a_blocked_loop_shows_as_lag_while_requests_are_in_flight_and_memory_stays_fixed():

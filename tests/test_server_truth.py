@@ -20,9 +20,10 @@ from analysis.formats.json import rows
 from analysis.report import run_report
 from analysis.rundir import load_run
 from analysis.server_view import server_cell_table
-from loadlib import metrics, serverfigures
-from loadlib.promscrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
-from loadlib.serverinfo import REDACTED, redact
+from loadlib.records import records_frame
+from loadlib.truth import server_figures
+from loadlib.truth.scrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
+from loadlib.truth.probe import REDACTED, redact
 from loadlib.sim.process import start_simulator
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
 
@@ -30,7 +31,7 @@ DATA = Path(__file__).parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
 
 
-def recorded_cell(server: str, source: str = "target", names=serverfigures.NAMES_READ) -> list[dict]:
+def recorded_cell(server: str, source: str = "target", names=server_figures.NAMES_READ) -> list[dict]:
     """A cell's scrapes as the journal keeps them (start, one during the cell, end), parsed as
     the report parses them."""
     return [parsed({"t": T0 + offset, "source": source, "url": "http://gpu-box/metrics", "phase": phase,
@@ -41,7 +42,7 @@ def recorded_cell(server: str, source: str = "target", names=serverfigures.NAMES
 
 def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
     """The cell's records as the client kept them: n streams of 512 tokens in `chunks` chunks."""
-    return metrics.records_frame([{
+    return records_frame([{
         "request_id": f"r{i}", "scenario": "code", "cell": "c4-same", "concurrency": n, "case": "same",
         "round": 0, "slot": i, "worker": 0, "user": i, "sent_at": T0 + 1.0, "ttft_s": 0.2, "total_s": 3.0,
         "last_chunk_s": 3.0, "completion_tokens": 512, "prompt_tokens": 2000, "cached_tokens": 1500,
@@ -68,8 +69,8 @@ def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
                       requests=None, generated_tokens=1024.0)),
 ])
 def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
-    [cell] = serverfigures.server_cells(recorded_cell(server))
-    assert cell.span == serverfigures.CellSpan(0, "c4-same", "same", T0, T0 + 10.0)
+    [cell] = server_figures.server_cells(recorded_cell(server))
+    assert cell.span == server_figures.CellSpan(0, "c4-same", "same", T0, T0 + 10.0)
     assert cell.samples == 1
     for name, value in expected.items():
         assert getattr(cell, name) == (pytest.approx(value) if isinstance(value, float) else value), name
@@ -77,7 +78,7 @@ def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
 
 @pytest.mark.parametrize("server", ["sglang", "vllm", "llamacpp"])
 def test_parsing_only_the_metrics_read_gives_the_same_figures(server):
-    assert serverfigures.server_cells(recorded_cell(server)) == serverfigures.server_cells(recorded_cell(server, names=None))
+    assert server_figures.server_cells(recorded_cell(server)) == server_figures.server_cells(recorded_cell(server, names=None))
     assert len(recorded_cell(server)[0]["samples"]) < len(recorded_cell(server, names=None)[0]["samples"])
 
 
@@ -86,14 +87,14 @@ def test_a_counter_declared_without_samples_counts_from_zero():
     start = recorded_cell("sglang")[0]
     assert "sglang:cached_tokens" in start["families"]
     assert not [s for s in start["samples"] if s[0] == "sglang:cached_tokens_total"]
-    [cell] = serverfigures.server_cells(recorded_cell("sglang"))
+    [cell] = server_figures.server_cells(recorded_cell("sglang"))
     assert cell.prefix_hit_rate == pytest.approx(6000 / 8000)
 
 
 def test_a_counter_that_went_back_gives_no_figure():
     entries = recorded_cell("vllm")
     entries[0], entries[2] = {**entries[2], "phase": "start", "t": T0}, {**entries[0], "phase": "end", "t": T0 + 10}
-    [cell] = serverfigures.server_cells(entries)
+    [cell] = server_figures.server_cells(entries)
     assert cell.accept_length is None and cell.prefix_hit_rate is None and cell.requests is None
 
 
@@ -104,20 +105,20 @@ def test_a_gauge_not_updated_during_the_cell_gives_no_figure():
     for entry in entries[1:]:
         entry["samples"] = [[n, labels, 1.84 if n == "sglang:spec_accept_length" else v]
                             for n, labels, v in entry["samples"]]
-    [cell] = serverfigures.server_cells(entries)
+    [cell] = server_figures.server_cells(entries)
     assert cell.accept_length is None and cell.accept_basis is None
     assert cell.prefix_hit_rate == pytest.approx(0.75)  # the counters still count
 
 
 def test_router_split_counts_requests_per_worker():
-    [split] = serverfigures.router_split(recorded_cell("sgl_router", source="router"))
+    [split] = server_figures.router_split(recorded_cell("sgl_router", source="router"))
     assert split.source == "router"
     assert split.requests == {"http://127.0.0.1:30001": 4.0, "http://127.0.0.1:30002": 4.0}
 
 
 @pytest.mark.parametrize("chunks, flagged", [(86, False), (22, True)])
 def test_client_tok_per_chunk_beside_the_servers_accept_length(chunks, flagged):
-    table = server_cell_table(serverfigures.server_cells(recorded_cell("sglang")), client_records(chunks))
+    table = server_cell_table(server_figures.server_cells(recorded_cell("sglang")), client_records(chunks))
     row = table.iloc[0]
     assert row["client_tok_per_chunk"] == pytest.approx(512 / chunks)
     assert row["divergence"] == pytest.approx(512 / chunks / 6.1 - 1)
@@ -126,7 +127,7 @@ def test_client_tok_per_chunk_beside_the_servers_accept_length(chunks, flagged):
 
 def test_records_outside_the_cells_scrapes_are_not_its_records():
     late = client_records(22).assign(sent_at=T0 + 11.0)
-    table = server_cell_table(serverfigures.server_cells(recorded_cell("sglang")), late)
+    table = server_cell_table(server_figures.server_cells(recorded_cell("sglang")), late)
     assert table.iloc[0]["client_tok_per_chunk"] is None and not table.iloc[0]["diverges"]
 
 
@@ -240,7 +241,7 @@ def test_report_shows_the_server_view_beside_the_client_view(sim_run):
     for row in cells:
         # the simulator draws code's accept length around 6.4 tokens per verify step
         assert row["accept_basis"] == "gauge" and 5.5 < row["accept_length"] < 7.5
-        assert abs(row["divergence"]) < serverfigures.DIVERGENCE_LIMIT
+        assert abs(row["divergence"]) < server_figures.DIVERGENCE_LIMIT
         assert row["requests"] == 2 * (1 if row["cell"] == "single" else 2)
     same = next(r for r in cells if r["cell"] == "c2-same")
     assert same["prefix_hit_rate"] > 0.9 and same["running_max"] == 2

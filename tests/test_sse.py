@@ -2,8 +2,8 @@
 
 import orjson
 
-from loadlib.live import LiveCounters
-from loadlib.sse import StreamReader, http_error_reason, parse_stream
+from loadlib.figures.live import LiveCounters
+from loadlib.wire.sse import StreamReader, http_error_reason, parse_stream
 
 
 def sse(*events: dict | str) -> list[bytes]:

@@ -18,9 +18,9 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.client import ChatClient, ChatSettings, RequestTag
-from loadlib.live import LiveCounters
-from loadlib.sse import parse_stream
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag
+from loadlib.figures.live import LiveCounters
+from loadlib.wire.sse import parse_stream
 
 SEED = 20240611
 TAG = RequestTag(scenario="fuzz", cell="fuzz")

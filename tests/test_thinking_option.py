@@ -8,9 +8,9 @@ import argparse
 
 import pytest
 
-from loadlib.client import ChatClient, ChatSettings, RequestTag, chat_body
-from loadlib.options import thinking_mode
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.run.options import thinking_mode
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.scenarios.base import request_params
 
 MESSAGES = [{"role": "user", "content": PROTOCOL_PROMPTS["code"]}]

@@ -97,7 +97,7 @@ def test_a_missing_trace_or_scenarios_beside_it_are_refused(tmp_path):
 
 
 def test_plain_jsonl_traces_read_like_csv_ones(tmp_path):
-    from loadlib.trace import load_trace
+    from loadlib.modes.trace import load_trace
 
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"timestamp_s": 2.5, "input_tokens": 100, "output_tokens": 8, "session_id": "a"}\n'

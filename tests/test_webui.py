@@ -21,7 +21,8 @@ from typing import Any, Iterator
 import pytest
 
 from analysis import text
-from loadlib import metrics
+from loadlib.figures import protocol_tables
+from loadlib.records import records_frame
 from loadlib.records import read_records
 from tests.conftest import LOCUSTFILE, REPO, free_port
 
@@ -111,10 +112,10 @@ def tab_rows(page) -> dict[str, list[str]]:
 
 def expected_rows(run_dir: Path) -> dict[str, dict[str, str]]:
     """The figures the tab must show, computed here from records.jsonl with the metric functions."""
-    df = metrics.records_frame(read_records(run_dir))
-    single = metrics.single_stream_table(df)
-    ttft_single = metrics.ttft_percentiles(df[df["case"] == "single"], by="scenario")
-    ttft_cells = metrics.ttft_percentiles(df)
+    df = records_frame(read_records(run_dir))
+    single = protocol_tables.single_stream_table(df)
+    ttft_single = protocol_tables.ttft_percentiles(df[df["case"] == "single"], by="scenario")
+    ttft_cells = protocol_tables.ttft_percentiles(df)
     rows = {}
     for scenario, label in (("code", "code generation"), ("en_tech", "English technical")):
         ttft = ttft_single.loc[scenario]
@@ -122,7 +123,7 @@ def expected_rows(run_dir: Path) -> dict[str, dict[str, str]]:
             "decode": text.num(single.loc[scenario, "decode_tps"]),
             "tok_per_chunk": text.num(single.loc[scenario, "tok_per_chunk"], 2),
             "ttft": f"{text.num(ttft['p50'], 3)} / {text.num(ttft['p90'], 3)}"}
-    for row in metrics.concurrency_table(df, single).itertuples():
+    for row in protocol_tables.concurrency_table(df, single).itertuples():
         label = {"same": "same prompt (radix hit)", "different": "different prompts"}[row.case]
         ttft = ttft_cells.loc[f"c{row.concurrency}-{row.case}"]
         rows[f"{row.concurrency} streams · {label}"] = {

@@ -72,7 +72,7 @@ class Scenario:
 
 def request_params(max_tokens: int | None = None, thinking: str | None = None) -> dict[str, Any]:
     """`chat_body` arguments that override the run's defaults for one scenario (`thinking`:
-    "on", "off" or "server", see `loadlib.client.chat_body`)."""
+    "on", "off" or "server", see `loadlib.wire.client.chat_body`)."""
     params: dict[str, Any] = {}
     if max_tokens is not None:
         params["max_tokens"] = max_tokens

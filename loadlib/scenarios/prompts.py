@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from loadlib.prompts import PROTOCOL_PROMPTS, SAME_PROMPT, SINGLE_STREAM_SCENARIOS, different_prompts
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SAME_PROMPT, SINGLE_STREAM_SCENARIOS, different_prompts
 from loadlib.scenarios.base import Cell, Job, Scenario
 
 

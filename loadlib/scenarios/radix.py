@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_item
 from loadlib.scenarios.issues import item_prompt

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import gevent
 
-from loadlib.options import positive_float, positive_int
+from loadlib.run.options import positive_float, positive_int
 from loadlib.sim.faults import FaultPicker, parse_spec
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
 from loadlib.sim.server import SimServer

@@ -8,7 +8,7 @@ from typing import Any
 
 from analysis.locust_csv import LocustCsv
 from analysis.rundir import Run
-from loadlib import metrics
+from loadlib.records import records_frame
 
 _ids = itertools.count()
 
@@ -39,7 +39,7 @@ def build_record(cell: str = "single", scenario: str = "code", round: int = 0, s
 
 def build_run(records: list[dict[str, Any]], label: str = "run", manifest: dict[str, Any] | None = None) -> Run:
     """A loaded run, as `load_run` would give it, straight from record dicts."""
-    return Run(Path(label), label, metrics.records_frame(records), manifest or {}, LocustCsv())
+    return Run(Path(label), label, records_frame(records), manifest or {}, LocustCsv())
 
 
 def protocol_run() -> list[dict[str, Any]]:

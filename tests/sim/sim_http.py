@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 
 
 @dataclass

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sim_http import chat, metric, request
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
 from loadlib.sim.process import start_simulator
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sim_http import chat, chat_payload, metric, read_trace, request
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
 
 

@@ -7,7 +7,7 @@ from sim_http import chat, chat_payload
 
 from loadlib.scenarios.corpus import tools
 from loadlib.sim.process import start_simulator
-from loadlib.sse import parse_stream
+from loadlib.wire.sse import parse_stream
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from sim_http import chat, chat_payload
 
 from loadlib.scenarios.corpus import tools
 from loadlib.scenarios.toolcall import ToolCall
-from loadlib.sse import parse_stream
+from loadlib.wire.sse import parse_stream
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in tools()}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.sim import content, tokenizer
 from loadlib.sim.engine import Engine, accept_cdf
 from loadlib.sim.presets import PRESETS

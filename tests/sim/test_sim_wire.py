@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from sim_http import chat, chat_payload, request
 
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.sim.process import start_simulator
 
 DELTA_KEYS = ["role", "content", "reasoning_content", "tool_calls"]

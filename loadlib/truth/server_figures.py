@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from loadlib import metrics
+from loadlib.figures import formulas, protocol_tables
 
 DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
 # A gauge is a sample: each value is the mean of one logging interval (SGLang: 40 decode batches)
@@ -204,13 +204,13 @@ def client_tok_per_chunk(records: pd.DataFrame) -> float | None:
     ok = records[records["ok"] & (records["chunks"] > 0)]
     if ok.empty:
         return None
-    return float(metrics.tok_per_chunk(ok["completion_tokens"].sum(), ok["chunks"].sum()))
+    return float(formulas.tok_per_chunk(ok["completion_tokens"].sum(), ok["chunks"].sum()))
 
 
 def cell_scenario(span: CellSpan, records: pd.DataFrame) -> str:
     """The scenario of a single-stream cell, from its records ("code"); "" for other cells."""
     scenarios = records["scenario"].dropna().unique()
-    return str(scenarios[0]) if span.case == metrics.SINGLE_CASE and len(scenarios) == 1 else ""
+    return str(scenarios[0]) if span.case == protocol_tables.SINGLE_CASE and len(scenarios) == 1 else ""
 
 
 def divergence(server_accept_length: float | None, client_tok_per_chunk: float | None) -> float | None:

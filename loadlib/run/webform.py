@@ -24,10 +24,10 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 from werkzeug.datastructures import ImmutableMultiDict
 
-from loadlib import options
-from loadlib.http1 import Endpoint
+from loadlib.run import options
+from loadlib.wire.connection import Endpoint
 from loadlib.profiles import ProfileError
-from loadlib.runinputs import run_profile
+from loadlib.run.inputs import run_profile
 
 
 def install(environment: Environment, session: Any) -> None:

@@ -22,7 +22,7 @@ import gevent
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadlib.http1 import Connection, Endpoint, TransportError
+from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 METRICS_FILE = "metrics.jsonl"
 

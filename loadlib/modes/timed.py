@@ -15,7 +15,7 @@ a request belongs to without asking anyone:
   and the wait is recorded apart as `queue_s`.
 
 - search: levels of closed-loop users or of an open-loop rate, each judged against the profile's
-  SLO before the next is chosen (`loadlib.search`), so its cells are not known in advance: the
+  SLO before the next is chosen (`loadlib.modes.search`), so its cells are not known in advance: the
   coordinator's `SearchDriver` announces each level to every process as it goes, and the users
   read a `LevelSchedule` that grows one level at a time instead of a fixed `Timeline`.
 
@@ -33,11 +33,11 @@ from typing import Any, Callable, Iterable, Protocol
 
 import gevent
 
-from loadlib import metrics
+from loadlib.records import records_frame
 from loadlib.profiles import Profile, SearchLoad, Slo
-from loadlib.protocol import Driver
+from loadlib.modes.rounds import Driver
 from loadlib.scenarios import Cell, Scenario
-from loadlib.search import Search, judge, level_seed
+from loadlib.modes.search import Search, judge, level_seed
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class SearchHooks:
 class SearchDriver(Driver):
     """The coordinator's side of the search mode: runs one level (its warm-up, then `duration_s`
     measured), waits for its requests to end, judges it from its records in the journal, and
-    chooses the next (`loadlib.search.Search`); the result goes to the manifest after every level.
+    chooses the next (`loadlib.modes.search.Search`); the result goes to the manifest after every level.
 
     Users variable: the load shape spawns the level's users (never fewer than any level so far;
     see `LevelSchedule.users_wanted`). Rate variable: each process sends its share of the level's
@@ -279,7 +279,7 @@ class SearchDriver(Driver):
             cell = self._run_level(step.value, step.cell, start)
             self.phase = {**self.phase, "search": f"judging {cell.name}; {self.search.progress()}"}
             records = (record for record in self.hooks.records() if record["cell"] in step.cells)
-            judgement = judge(metrics.records_frame(records), self.slo, level_seed(step.cells))
+            judgement = judge(records_frame(records), self.slo, level_seed(step.cells))
             self.search.record(step, judgement)
             log.info("search: %s %s (pass share %.2f, %d requests)", cell.name, judgement.verdict,
                      judgement.pass_share, judgement.n)

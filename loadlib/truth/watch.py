@@ -19,10 +19,12 @@ from typing import Any, Callable
 import gevent
 import orjson
 
-from loadlib import metrics, serverfigures
-from loadlib.manifest import write_manifest
-from loadlib.promscrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
-from loadlib.serverinfo import SERVER_INFO_FILE, client_host, probe_server
+from loadlib.records import records_frame
+
+from loadlib.truth import server_figures
+from loadlib.run.manifest import write_manifest
+from loadlib.truth.scrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
+from loadlib.truth.probe import SERVER_INFO_FILE, client_host, probe_server
 
 log = logging.getLogger("uni-bench")
 
@@ -147,14 +149,14 @@ class ServerWatch:
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
             return
-        records = metrics.records_frame([r for r in self.session.records if r["cell"] == tag["cell"]])
-        entries = [parsed(e, serverfigures.NAMES_READ) for e in self._cell_entries]
-        for server in serverfigures.server_cells(entries):
-            own = serverfigures.cell_records(records, server.span)
-            client = serverfigures.client_tok_per_chunk(own)
-            relative = serverfigures.divergence(server.accept_length, client)
-            if serverfigures.diverges(relative, server.accept_tolerance):
-                label = f"{tag['cell']} {serverfigures.cell_scenario(server.span, own)}".strip()
+        records = records_frame([r for r in self.session.records if r["cell"] == tag["cell"]])
+        entries = [parsed(e, server_figures.NAMES_READ) for e in self._cell_entries]
+        for server in server_figures.server_cells(entries):
+            own = server_figures.cell_records(records, server.span)
+            client = server_figures.client_tok_per_chunk(own)
+            relative = server_figures.divergence(server.accept_length, client)
+            if server_figures.diverges(relative, server.accept_tolerance):
+                label = f"{tag['cell']} {server_figures.cell_scenario(server.span, own)}".strip()
                 log.warning("%s: %s accept length %.2f (%s) but client tok/chunk %.2f (%+.0f%%): "
                             "chunks are merged on the way (--stream-interval above 1, or a proxy)",
                             label, server.source, server.accept_length, server.accept_basis,

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loadlib.users import REQUEST_TYPE, stats_name
+from loadlib.run.users import REQUEST_TYPE, stats_name
 
 CSV_SUFFIX = "_llm.csv"
 
 
 def per_name_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per Locust stats name, from a `metrics.records_frame`."""
+    """One row per Locust stats name, from a `records_frame`."""
     if df.empty:
         return pd.DataFrame(columns=["Type", "Name", "Requests", "Failures"])
     names = [stats_name(case, cell, scenario) for case, cell, scenario

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from loadlib.modes import SearchDriver, SearchHooks, TimedDriver, Timeline, free_running_cells
+from loadlib.modes.timed import SearchDriver, SearchHooks, TimedDriver, Timeline, free_running_cells
 from loadlib.profiles import Profile
-from loadlib.protocol import Conductor, Driver
+from loadlib.modes.rounds import Conductor, Driver
 from loadlib.scenarios import (Calibration, DistinctIssues, Filler, LongContext, Mix, MultiTurn,
                                ProtocolScenario, RadixHit, Scenario, Synthetic, ToolCall, Vision, dataset_scenario,
                                request_params)

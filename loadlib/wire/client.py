@@ -3,8 +3,8 @@
 It never raises for a failed request: every outcome, including a refused connection, an HTTP
 error, a 200 that is no event stream, a malformed event, a stream without usage or with a single
 token, becomes a record with an `error` reason. Only such error-free records enter the
-protocol's figures. The stream is read as it arrives (`loadlib.sse.StreamReader`), which also
-keeps this process's live counters (`loadlib.live.COUNTERS`) up to date.
+protocol's figures. The stream is read as it arrives (`loadlib.wire.sse.StreamReader`), which also
+keeps this process's live counters (`loadlib.figures.live.COUNTERS`) up to date.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any, cast
 
 import orjson
 
-from loadlib import live
-from loadlib.http1 import BodyReader, Collector, Connection, Endpoint, Response, TransportError
+from loadlib.figures import live
+from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.records import RequestRecord
-from loadlib.sse import StreamReader, http_error_reason
+from loadlib.wire.sse import StreamReader, http_error_reason
 
 CHAT_PATH = "/v1/chat/completions"
 ERROR_BODY_BYTES = 65536  # of a non-200 answer, enough for its reason; the rest is dropped

@@ -25,14 +25,14 @@ import gevent
 from gevent.queue import Queue
 from locust.env import Environment
 
-from loadlib import live as live_figures
-from loadlib.client import ChatSettings
+from loadlib.figures import live as live_figures
+from loadlib.wire.client import ChatSettings
 from loadlib.records import RequestRecord
-from loadlib.selfwatch import SelfWatch
+from loadlib.run.selfwatch import SelfWatch
 
 RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
 RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test
-LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.Span), as it is chosen
+LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.timed.Span), as it is chosen
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
 LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator

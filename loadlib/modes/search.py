@@ -1,6 +1,6 @@
 """Capacity search: whether a level held the SLO, and which level to try next.
 
-Pure (no Locust, no clock): `loadlib.modes.SearchDriver` runs each level and brings its records
+Pure (no Locust, no clock): `loadlib.modes.timed.SearchDriver` runs each level and brings its records
 here; the result goes to the manifest, the summary, the report and the plot.
 
 A level is judged on its measured requests by the criteria the profile's `[slo]` sets (see
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlib import metrics
+from loadlib.figures import formulas
+
 from loadlib.profiles import Slo
 
 BOOTSTRAP = 1000  # resamples of a level's requests
@@ -66,12 +67,12 @@ class Judgement:
 
 
 def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
-    """Judges one level from its records (`metrics.records_frame` rows: `ok`, `ttft_s`,
+    """Judges one level from its records (`loadlib.records.records_frame` rows: `ok`, `ttft_s`,
     `decode_tps`) against the SLO's criteria (see the module docstring)."""
     ok = frame["ok"].to_numpy(dtype=bool)
     ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)
     decode = np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan)
-    meets = metrics.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
+    meets = formulas.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
     ttft_q = (slo.ttft_p or DEFAULT_P) / 100
     decode_q = 1 - (slo.decode_p or DEFAULT_P) / 100
     n = len(frame)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gevent
 
-from loadlib.http1 import Connection, Endpoint, TransportError
+from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 FLUSHED, NOT_OFFERED, REFUSED = "flushed", "not offered", "refused"
 # Every prompt shares the chat template's opening (`<|im_start|>user\n`, a default system

@@ -1,6 +1,6 @@
 """Wires a run into Locust: the built-in simulator, the run directory, the load mode, records
-from every process, the end-of-run summary (its inputs are checked in `loadlib.runinputs`, the
-protocol's locustfile's load shape is `loadlib.shape`).
+from every process, the end-of-run summary (its inputs are checked in `loadlib.run.inputs`, the
+protocol's locustfile's load shape is `loadlib.run.shape`).
 
 Locust is extended only through its events and small classes: `init_command_line_parser` adds
 the options, `init` sets up each process, `test_start`/`test_stop` frame a run, custom messages
@@ -33,29 +33,33 @@ from locust import stats as locust_stats
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
-from loadlib import live as live_figures
-from loadlib import llmstats, metrics, options, servertruth, webui
-from loadlib.cache import flush_prefix_cache
-from loadlib.client import chat_body
-from loadlib.http1 import Endpoint
-from loadlib.intake import RecordIntake
-from loadlib.liveseries import LiveSeries
-from loadlib.manifest import build_manifest, write_manifest
-from loadlib.modes import SearchHooks, first_users
-from loadlib.plan import build_scenarios, make_driver
-from loadlib.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
+from loadlib.figures import live as live_figures
+from loadlib.run import llmstats
+from loadlib.records import records_frame
+from loadlib.run import options
+from loadlib.truth import watch as server_watch
+from loadlib.run import webui
+from loadlib.truth.cache import flush_prefix_cache
+from loadlib.wire.client import chat_body
+from loadlib.wire.connection import Endpoint
+from loadlib.run.intake import RecordIntake
+from loadlib.run.liveseries import LiveSeries
+from loadlib.run.manifest import build_manifest, write_manifest
+from loadlib.modes.timed import SearchHooks, first_users
+from loadlib.modes.plan import build_scenarios, make_driver
+from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
 from loadlib.profiles import Profile, ProfileError
-from loadlib.protocol import Assignment, Driver
+from loadlib.modes.rounds import Assignment, Driver
 from loadlib.records import RequestRecord, read_records
-from loadlib.runinputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
+from loadlib.run.inputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
                                refuse_profile_settings, request_settings, run_profile, usage_error)
-from loadlib.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
+from loadlib.run.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
                              RunSpec, WorkerSink, attach, dispatch_order, process_run)
 from loadlib.scenarios import COLD, Mix
-from loadlib.selfwatch import SelfWatch
-from loadlib.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
+from loadlib.run.selfwatch import SelfWatch
+from loadlib.run.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
                            profile_user_classes)
-from loadlib.workers import ASSIGN_MESSAGE, WorkerDispatch
+from loadlib.run.workers import ASSIGN_MESSAGE, WorkerDispatch
 
 log = logging.getLogger("uni-bench")
 
@@ -221,7 +225,7 @@ class RunSession:
             self.manifest["trace_skipped"] = too_long
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
-        servertruth.attach(self, api_key)
+        server_watch.attach(self, api_key)
         self.master_watch.start()
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.mode,
                  len(self.conductor.plan), model)
@@ -267,7 +271,7 @@ class RunSession:
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
         if self.intake is not None:
             self.intake.close()
-        frame = metrics.records_frame(read_records(self.run_dir))  # the journal, not memory
+        frame = records_frame(read_records(self.run_dir))  # the journal, not memory
         text = console.render(summary_document(frame, self.manifest, self.run_dir))
         (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
         self.summary_text = text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from locust.shape import LoadTestShape
 
-from loadlib.session import session_of
+from loadlib.run.session import session_of
 
 
 class ProtocolShape(LoadTestShape):

@@ -32,17 +32,17 @@ from gevent.queue import Queue
 from locust import User, constant, task
 from locust.env import Environment
 
-from loadlib import metrics
-from loadlib.cache import observed_state
-from loadlib.client import ChatClient, RequestTag, chat_body
-from loadlib.modes import (ERROR_PAUSE_S, SEARCH, WARMUP, CellSource, LevelSchedule, Span, Timeline, arrival_offsets,
+from loadlib.figures import formulas, protocol_tables
+from loadlib.truth.cache import observed_state
+from loadlib.wire.client import ChatClient, RequestTag, chat_body
+from loadlib.modes.timed import (ERROR_PAUSE_S, SEARCH, WARMUP, CellSource, LevelSchedule, Span, Timeline, arrival_offsets,
                            first_users, free_running_cells)
 from loadlib.profiles import Profile
-from loadlib.protocol import Assignment
+from loadlib.modes.rounds import Assignment
 from loadlib.records import RequestRecord
-from loadlib.runtime import ProcessRun, RunSpec, process_run
+from loadlib.run.runtime import ProcessRun, RunSpec, process_run
 from loadlib.scenarios import Cell, Job, Mix, Scenario
-from loadlib.trace import TracePrompts, TraceRequest
+from loadlib.modes.trace import TracePrompts, TraceRequest
 
 TRACE = "trace"
 FREE_RUNNING_MODES = ("closed", "ladder", "open", SEARCH, TRACE)
@@ -150,9 +150,9 @@ def fire_request_event(environment: Environment, record: RequestRecord, name: st
     context = {"ttft_ms": record.ttft_s * 1000.0 if record.ttft_s is not None else None,
                "decode_tps": None, "tok_per_chunk": None, "record": record}
     if not record.error and record.total_s and record.ttft_s is not None and record.total_s > record.ttft_s:
-        context["decode_tps"] = metrics.decode_tps(record.completion_tokens, record.ttft_s, record.total_s)
+        context["decode_tps"] = formulas.decode_tps(record.completion_tokens, record.ttft_s, record.total_s)
     if not record.error and record.chunks:
-        context["tok_per_chunk"] = metrics.tok_per_chunk(record.completion_tokens, record.chunks)
+        context["tok_per_chunk"] = formulas.tok_per_chunk(record.completion_tokens, record.chunks)
     environment.events.request.fire(
         request_type=REQUEST_TYPE, name=name, response_time=(record.total_s or 0.0) * 1000.0,
         response_length=record.completion_tokens or 0,
@@ -163,9 +163,9 @@ def fire_request_event(environment: Environment, record: RequestRecord, name: st
 def stats_name(case: str, cell: str, scenario: str) -> str:
     """A request's row in Locust's stats: the scenario for single-stream cells and a locustfile's
     own requests, the cell for concurrency cells, "cell: scenario" for a free-running mix."""
-    if case in metrics.CONCURRENT_CASES:
+    if case in protocol_tables.CONCURRENT_CASES:
         return cell
-    if case in (metrics.SINGLE_CASE, CUSTOM_CASE):
+    if case in (protocol_tables.SINGLE_CASE, CUSTOM_CASE):
         return scenario
     return f"{cell}: {scenario}"
 
@@ -213,7 +213,7 @@ class ScenarioUser(LLMUser):
     def build_scenario(cls, profile: Profile | None) -> Scenario:
         """The class's scenario, from the run's profile when it has this class's table, else from
         the class's own options (validated as a profile table would be)."""
-        from loadlib.plan import build_scenarios
+        from loadlib.modes.plan import build_scenarios
 
         name = cls.scenario_name or cls.kind
         if profile is None or name not in profile.scenarios:
@@ -316,7 +316,7 @@ def begin_test(run: ProcessRun, spec: RunSpec) -> None:
     """A test starts on this process: the spec, and for a free-running mode its profile, its
     scenarios' mix and its cells on the wall clock (the same on every process: a fixed timeline,
     or the search's schedule that `announce_level` fills)."""
-    from loadlib.plan import build_scenarios
+    from loadlib.modes.plan import build_scenarios
 
     run.start(spec)
     if spec.profile is not None and spec.mode in FREE_RUNNING_MODES:

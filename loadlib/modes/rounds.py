@@ -6,7 +6,7 @@ not send requests itself: it hands one `Assignment` per stream to Locust users (
 or on workers) with a common `start_at` a little in the future, then waits for all N records.
 Scheduling by wall-clock time keeps the streams of a round together across processes.
 
-`Driver` is what the conductor shares with the free-running load modes (`loadlib.modes`):
+`Driver` is what the conductor shares with the free-running load modes (`loadlib.modes.timed`):
 turning a scenario's jobs into assignments, priming and calibration before a cell, flushing
 the prefix cache before a cold round, and matching records back to what was sent.
 """
@@ -24,7 +24,7 @@ import gevent
 from gevent.event import Event
 from locust.event import EventHook
 
-from loadlib.client import RequestTag
+from loadlib.wire.client import RequestTag
 from loadlib.scenarios import ANY, COLD, Cell, Job, Scenario
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import psutil
 
-from loadlib.http1 import Connection, Endpoint, TransportError
+from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 SERVER_INFO_FILE = "server_info.json"
 # Each group is one piece of information; its paths are tried in order until one answers.

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import orjson
 
-from loadlib.live import LiveCounters
+from loadlib.figures.live import LiveCounters
 
 MAX_LINE_BYTES = 1 << 20  # no chat-completion event comes near this; a longer line is a fault
 HEAD_BYTES = 48  # body bytes kept to say what a response that is not an event stream was

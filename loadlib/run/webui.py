@@ -6,7 +6,7 @@ Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab ca
 table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
 
 Every figure comes from the post-processor's own functions (`ProtocolTables`, and from
-`loadlib.metrics` the TTFT percentiles, failures, prefill/cache, steady-state and timeline
+`loadlib.figures.metrics` the TTFT percentiles, failures, prefill/cache, steady-state and timeline
 tables) applied to the records that the run's session holds; on a master those are every
 worker's records. The report is the end-of-run summary's own `analysis.render_summary`.
 """
@@ -28,9 +28,11 @@ from locust.env import Environment
 
 from analysis import render_summary, text
 from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, thinking_phrase
-from loadlib import metrics, webform
+from loadlib.figures import free_running, protocol_tables
+from loadlib.records import records_frame
+from loadlib.run import webform
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records
-from loadlib.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
+from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ class Slot:
 
     @property
     def label(self) -> str:
-        if self.case == metrics.SINGLE_CASE:
+        if self.case == protocol_tables.SINGLE_CASE:
             return f"1 stream · {SCENARIO_LABELS.get(self.scenario or '', self.scenario)}"
         if self.case in CASE_LABELS:
             return f"{self.concurrency} streams · {CASE_LABELS[self.case]}"
@@ -166,7 +168,7 @@ class LiveFigures:
         records arrive."""
         key = (self.session.record_count, id(conductor))
         if self._cached is None or key != self._key:
-            frame = metrics.records_frame(self.session.records)
+            frame = records_frame(self.session.records)
             slots = _slots(plan, frame)
             figures = _slot_figures(frame)
             self._cached = (frame, slots, [figures(slot) for slot in slots], _series(frame))
@@ -177,11 +179,11 @@ class LiveFigures:
 def _slots(plan: list[Any], frame: pd.DataFrame) -> list[Slot]:
     """The plan's rows in plan order, then any cell or scenario seen only in the records."""
     slots = [Slot(cell.name, cell.case, cell.concurrency,
-                  cell.prompts[0] if cell.case == metrics.SINGLE_CASE else None, cell.rounds) for cell in plan]
+                  cell.prompts[0] if cell.case == protocol_tables.SINGLE_CASE else None, cell.rounds) for cell in plan]
     known = {(slot.cell, slot.scenario) for slot in slots}
     seen = frame.drop_duplicates(["cell", "scenario"] if not frame.empty else [])
     for row in seen.itertuples():
-        scenario = row.scenario if row.case == metrics.SINGLE_CASE else None
+        scenario = row.scenario if row.case == protocol_tables.SINGLE_CASE else None
         if (row.cell, scenario) not in known:
             known.add((row.cell, scenario))
             slots.append(Slot(row.cell, row.case, int(row.concurrency), scenario, None))
@@ -195,27 +197,27 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     load mode's) gets the post-processor's steady-state figures.
     """
     tables = ProtocolTables.from_frame(frame)
-    single_frame = frame[frame["case"] == metrics.SINGLE_CASE]
-    ttft_by_scenario = metrics.ttft_percentiles(single_frame, by="scenario")
+    single_frame = frame[frame["case"] == protocol_tables.SINGLE_CASE]
+    ttft_by_scenario = protocol_tables.ttft_percentiles(single_frame, by="scenario")
     concurrent = tables.concurrent.set_index("cell")
-    steady = metrics.steady_state_table(frame).set_index("cell")
-    steady_pct = metrics.steady_percentiles(frame)
+    steady = free_running.steady_state_table(frame).set_index("cell")
+    steady_pct = free_running.steady_percentiles(frame)
     steady_ttft = steady_pct[steady_pct["figure"] == "ttft_s"].set_index("cell")
     steady_decode = steady_pct[steady_pct["figure"] == "decode_tps"].set_index("cell")
     steady_chunk = steady_pct[steady_pct["figure"] == "tok_per_chunk"].set_index("cell")
-    prefill = metrics.prefill_table(frame)
+    prefill = protocol_tables.prefill_table(frame)
 
     def figures(slot: Slot) -> dict[str, str]:
-        if slot.case == metrics.SINGLE_CASE:
+        if slot.case == protocol_tables.SINGLE_CASE:
             own = single_frame[single_frame["scenario"] == slot.scenario]
             single = _row(tables.single, slot.scenario)
-            return _formatted(_row(ttft_by_scenario, slot.scenario), metrics.failures_table(own),
+            return _formatted(_row(ttft_by_scenario, slot.scenario), protocol_tables.failures_table(own),
                               _rounds_done(_get(single, "n"), own, slot.rounds),
                               decode=_get(single, "decode_tps"), tok_per_chunk=_get(single, "tok_per_chunk"),
                               cache=_cache_states(prefill[prefill["scenario"] == slot.scenario]))
         own = frame[frame["cell"] == slot.cell]
         failures = tables.failures[tables.failures["cell"] == slot.cell]
-        if slot.case in metrics.CONCURRENT_CASES:
+        if slot.case in protocol_tables.CONCURRENT_CASES:
             cell = _row(concurrent, slot.cell)
             return _formatted(_row(tables.ttft, slot.cell), failures, _rounds_done(_get(cell, "n"), own, slot.rounds),
                               decode=_get(cell, "stream_decode_tps"), aggregate=_get(cell, "aggregate_tps"),
@@ -275,10 +277,10 @@ def _series(frame: pd.DataFrame) -> dict[str, Any]:
     and the span of each cell so the charts can label which part of the plan ran when."""
     if frame.empty:
         return {"t_s": [], "decode_tps": [], "active_streams": [], "ttft": [], "spans": [], "origin": None}
-    timeline = metrics.timeline(frame)
+    timeline = free_running.timeline(frame)
     origin = float(frame["sent_at"].min())
     ok = frame[frame["ok"]]
-    label = frame["cell"].where(frame["case"] != metrics.SINGLE_CASE, "single: " + frame["scenario"].astype(str))
+    label = frame["cell"].where(frame["case"] != protocol_tables.SINGLE_CASE, "single: " + frame["scenario"].astype(str))
     spans = (frame.assign(label=label, start=frame["sent_at"] - origin, end=frame["end_at"].fillna(frame["sent_at"]) - origin)
              .groupby("label", sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index())
     return {
@@ -315,7 +317,7 @@ def _rounded(values: pd.Series) -> list[float]:
 def _current_index(plan: list[Any], phase: dict[str, Any]) -> int | None:
     """Which cell of the plan the conductor is playing (single-stream cells differ by scenario)."""
     for index, cell in enumerate(plan):
-        if cell.name == phase.get("cell") and (cell.case != metrics.SINGLE_CASE
+        if cell.name == phase.get("cell") and (cell.case != protocol_tables.SINGLE_CASE
                                                or cell.prompts[0] == phase.get("scenario")):
             return index
     return None

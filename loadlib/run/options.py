@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from loadlib import servertruth
+from loadlib.truth import watch as server_watch
 
 DEFAULT_CONCURRENCY = "2,4,8"
 DEFAULT_SCENARIOS = "code,en_tech,cn_chat,cn_essay"
@@ -101,4 +101,4 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--sim-args", default="", include_in_web_ui=False,
                        help="Extra arguments for the built-in simulator, used when no --host is given "
                             "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash')")
-    servertruth.add_arguments(group)
+    server_watch.add_arguments(group)

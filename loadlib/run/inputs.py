@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadlib import options
-from loadlib.client import ChatSettings
+from loadlib.run import options
+from loadlib.wire.client import ChatSettings
 from loadlib.profiles import Profile, ProfileError, load_profile
-from loadlib.prompts import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 
 
 def run_profile(opts: Any) -> Profile:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from loadlib.http1 import Connection, Endpoint, TransportError
+from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 FIRST_REQUESTS = 8
 FALLBACK_MODEL = "default"

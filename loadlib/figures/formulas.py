@@ -1,0 +1,69 @@
+"""Per-request formulas of the protocol's figures, defined once (see PROTOCOL.md, "uni-bench").
+
+Plain arithmetic, so the same function serves a float (the live path, one request at a time) and
+a pandas Series (the post-processor, a whole run at once).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+
+Num = TypeVar("Num", float, pd.Series)
+
+
+def decode_tps(completion_tokens: Num, ttft_s: Num, total_s: Num) -> Num:
+    """Decode rate in tokens/s: `(comp - 1) / (total - ttft)`.
+
+    The first token is excluded because it arrives at `ttft`; the rest arrive between `ttft`
+    and the end of the stream (infinite when they all came with the first: see `records_frame`).
+    """
+    return (completion_tokens - 1) / (total_s - ttft_s)
+
+
+def tok_per_chunk(completion_tokens: Num, chunks: Num) -> Num:
+    """`comp / non-empty chunks`: the client-side ("stream-chunk") accept length estimate.
+
+    Not the server's verify-step accept length; never report the two as one figure.
+    """
+    return completion_tokens / chunks
+
+
+def end_to_end_tps(completion_tokens: Num, total_s: Num) -> Num:
+    """`comp / total`: output rate with prefill and queueing included."""
+    return completion_tokens / total_s
+
+
+def prefill_tps(prompt_tokens: Num, ttft_s: Num) -> Num:
+    """Cold prefill rate `prompt_tokens / ttft` (meaningful only without a prefix-cache hit)."""
+    return prompt_tokens / ttft_s
+
+
+def uncached_prefill_tps(prompt_tokens: Num, cached_tokens: Num, ttft_s: Num) -> Num:
+    """`(prompt_tokens - cached_tokens) / ttft`: prefill rate over the tokens actually computed.
+
+    With a prefix (radix) cache hit only the uncached tail is prefilled, so this stays
+    comparable with the cold figure where `prefill_tps` would be inflated by the hit.
+    """
+    return (prompt_tokens - cached_tokens) / ttft_s
+
+
+def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:
+    """Estimated verify steps per second: decode / tok-per-chunk (roughly constant per setup)."""
+    return decode / tokens_per_chunk
+
+
+def meets_slo(ok: np.ndarray, ttft_s: np.ndarray, decode_tps: np.ndarray, slo_ttft_s: float | None,
+              slo_decode_tps: float | None) -> np.ndarray:
+    """Per request, whether it meets the SLO: it succeeded, its TTFT is at most `slo_ttft_s` and
+    its decode at least `slo_decode_tps` (an answer in one read has no decode rate, NaN, and is
+    judged on its TTFT); a target of None is not checked. Goodput counts these requests."""
+    meets = np.asarray(ok, dtype=bool).copy()
+    if slo_ttft_s is not None:
+        meets &= np.asarray(ttft_s) <= slo_ttft_s
+    if slo_decode_tps is not None:
+        meets &= ~(np.asarray(decode_tps) < slo_decode_tps)
+    return meets
+

@@ -1,0 +1,269 @@
+"""Figures of the free-running modes (closed, ladder, open, trace, search): a timeline of streams
+and tokens/s, steady-state levels, percentiles and goodput, TTFT and decode by prompt and answer
+length, and with thinking the time to the first answer token after the reasoning (TTFO).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from loadlib.figures.formulas import meets_slo
+from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES, SINGLE_CASE
+
+MAX_LENGTH_BUCKETS = 8
+
+
+BY_LENGTH = (("ttft_s", "prompt_tokens"), ("decode_tps", "completion_tokens"))  # (figure, by tokens)
+
+
+BY_LENGTH_COLUMNS = ["cell", "figure", "tokens", "low", "high", "p50", "p90", "p99", "n"]
+
+
+def length_edges(tokens: np.ndarray, max_buckets: int = MAX_LENGTH_BUCKETS) -> np.ndarray:
+    """Edges of token-count buckets `[edge_i, edge_i+1)`, chosen from the counts themselves.
+
+    Powers of two with the half step between them (..., 256, 384, 512, 768, 1024, ...), from the
+    largest at or below the smallest count to the smallest above the largest; where that makes
+    more than `max_buckets` buckets, powers of two alone, then every second power (x4), every
+    third (x8) and so on, until at most `max_buckets` remain. So a narrow spread (outputs of 300
+    to 512 tokens) still splits into a few buckets and a wide one (10 to 100,000-token prompts)
+    into a few wide ones, always on round numbers. No counts of at least 1: no edges.
+    """
+    values = np.asarray(tokens, dtype="float64")
+    values = values[np.isfinite(values) & (values >= 1)]
+    if not values.size:
+        return np.array([], dtype="int64")
+    lowest, highest = float(values.min()), float(values.max())
+    bottom, top = int(np.floor(np.log2(lowest))), int(np.floor(np.log2(highest))) + 1
+    powers = {2 ** k for k in range(bottom, top + 1)}
+    half_steps = np.array(sorted(powers | {3 << (k - 1) for k in range(max(bottom, 1), top + 1)}))
+    edges = half_steps[(half_steps >= half_steps[half_steps <= lowest].max())
+                       & (half_steps <= half_steps[half_steps > highest].min())]
+    octaves = 1
+    while len(edges) - 1 > max_buckets:
+        edges = 2 ** np.arange(bottom, top + octaves, octaves)
+        edges = edges[:int(np.searchsorted(edges, highest, side="right")) + 1]
+        octaves += 1
+    return edges.astype("int64")
+
+
+def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
+    """TTFT by prompt length and decode by answer length in each free-running cell (a `case`
+    that is not the protocol's): p50/p90/p99 and n of `figure` per bucket `[low, high)` of
+    `tokens` (`usage.prompt_tokens`, `usage.completion_tokens`), from the raw records of every
+    successful request of the cell (ramp-up and drain included: a request's length does not
+    depend on when it ran, and a bucket needs all the requests it can get). The edges
+    (`length_edges`) are computed once per figure from all those requests, so the cells of a run
+    share them. Empty buckets are left out; cells keep their order in the records."""
+    free = (df["ok"] & ~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES))).to_numpy()
+    codes, cells = pd.factorize(df["cell"])
+    parts = []
+    for figure, tokens in BY_LENGTH:
+        values, counts = df[figure].to_numpy(), df[tokens].to_numpy()
+        use = free & ~np.isnan(values) & ~np.isnan(counts)  # decode: not for one-read answers
+        edges = length_edges(counts[use])
+        if len(edges) < 2:
+            continue
+        buckets = len(edges) - 1
+        keys = codes[use] * buckets + np.searchsorted(edges, counts[use], "right") - 1
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order], values[use][order]
+        starts = np.flatnonzero(np.diff(keys, prepend=-1))
+        stops = np.append(starts[1:], len(keys))
+        pct = np.array([np.quantile(values[a:b], PERCENTILES) for a, b in zip(starts, stops)])
+        cell, bucket = np.divmod(keys[starts], buckets)
+        parts.append(pd.DataFrame({
+            "cell": np.asarray(cells, dtype=object)[cell], "figure": figure, "tokens": tokens,
+            "low": edges[bucket], "high": edges[bucket + 1],
+            **{f"p{int(q * 100)}": pct[:, i] for i, q in enumerate(PERCENTILES)}, "n": stops - starts}))
+    if not parts:
+        return pd.DataFrame(columns=BY_LENGTH_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[BY_LENGTH_COLUMNS]
+
+
+def _cumulative_overlap(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
+                        at: np.ndarray) -> np.ndarray:
+    """For each t in `at`: sum_i weights_i * (clip(t, start_i, end_i) - start_i).
+
+    The integral up to t of the weighted count of intervals open at t; with weights 1 it is
+    busy stream-seconds, with token rates it is tokens delivered. Sorting plus cumulative
+    sums make it O((n + len(at)) log n). Times must be relative (small), not epoch seconds.
+    """
+    def swept(points: np.ndarray) -> np.ndarray:
+        order = np.argsort(points, kind="stable")
+        sorted_points, w = points[order], weights[order]
+        total_w = np.concatenate([[0.0], np.cumsum(w)])
+        total_wp = np.concatenate([[0.0], np.cumsum(w * sorted_points)])
+        k = np.searchsorted(sorted_points, at, side="right")
+        return at * total_w[k] - total_wp[k]
+
+    return swept(starts) - swept(ends)
+
+
+def _decode_intervals(df: pd.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode tokens (comp - 1) of ok requests, spread evenly from first to last token."""
+    ok = df.loc[df["ok"], ["first_token_at", "last_token_at", "completion_tokens"]]
+    start = (ok["first_token_at"] - origin).to_numpy()
+    end = (ok["last_token_at"] - origin).to_numpy()
+    span = end - start
+    rate = np.where(span > 0, (ok["completion_tokens"].to_numpy() - 1) / np.where(span > 0, span, 1), 0.0)
+    return start, end, np.nan_to_num(rate)
+
+
+def timeline(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
+    """Active streams and decode tokens/s over time, in bins from the first request's send.
+
+    `active_streams` is the time-averaged number of requests in flight in the bin (sent, not yet
+    ended, failed ones included); `decode_tps` counts the decode tokens of successful requests,
+    assumed evenly spread between their first and last token. `bin_s` defaults to 1/200 of the
+    run.
+    """
+    if df.empty:
+        return pd.DataFrame(columns=["t_s", "active_streams", "decode_tps"])
+    origin = df["sent_at"].min()
+    sent = (df["sent_at"] - origin).to_numpy()
+    end = (df["end_at"] - origin).to_numpy()
+    end = np.where(np.isnan(end), sent, end)
+    span = float(np.nanmax(end)) or 1.0
+    bin_s = bin_s or span / 200
+    edges = np.arange(0.0, span + bin_s, bin_s)
+    busy = _cumulative_overlap(sent, end, np.ones_like(sent), edges)
+    tokens = _cumulative_overlap(*_decode_intervals(df, origin), edges)
+    return pd.DataFrame({"t_s": edges[:-1], "active_streams": np.diff(busy) / bin_s,
+                         "decode_tps": np.diff(tokens) / bin_s})
+
+
+def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float]:
+    """The steady part of a free-running run: from the first to the last moment the number of
+    requests in flight is at or above its time-weighted median (this leaves out ramp-up and
+    drain, whatever the load shape)."""
+    sent_sorted, end_sorted = np.sort(sent_at), np.sort(end_at)
+    times = np.unique(np.concatenate([sent_sorted, end_sorted]))
+    # in flight from times[i] to times[i + 1]: sent by then minus ended by then
+    level = np.searchsorted(sent_sorted, times, "right") - np.searchsorted(end_sorted, times, "right")
+    held = np.diff(times)
+    if held.sum() <= 0:
+        return float(times[0]), float(times[-1])
+    time_at_level = np.cumsum(np.bincount(level[:-1], weights=held))
+    median = int(np.searchsorted(time_at_level, time_at_level[-1] / 2))
+    at_or_above = np.flatnonzero(level[:-1] >= median)
+    return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
+
+
+SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]
+
+
+STEADY_INPUTS = ["cell", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
+                 "ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+
+
+STEADY_FIGURES = ["ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+
+
+STEADY_OPTIONAL = ("ttfo_s", "queue_s", "reasoning_tokens")  # left out where no request has them
+
+
+STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
+                  "goodput_rps", "slo_attainment", "n", "failed"]
+
+
+def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0,
+                       cells: list[SteadyCell] | None = None) -> pd.DataFrame:
+    """Steady-state levels of each free-running cell (a `case` that is not the protocol's).
+
+    Within the steady window (`steady_window`): mean requests in flight, decode tokens/s of all
+    streams, successful completions/s, and goodput: completions/s of requests that succeeded
+    with TTFT <= `slo_ttft_s` and decode >= `slo_decode_tps` (an answer that came in one read,
+    with no decode rate, is judged on its TTFT). `slo_attainment` is the share of
+    requests sent in the window that met the SLO (failures count as misses); `n` and `failed`
+    count the requests sent in the window. Times are seconds from the cell's first send.
+    `cells` saves recomputing `steady_cells(df)` for a caller that has them.
+    """
+    rows = []
+    for cell, group, origin, sent, end, start, stop in steady_cells(df) if cells is None else cells:
+        length = stop - start
+        in_window = (sent >= start) & (sent <= stop)
+        ended_in_window = (end >= start) & (end <= stop)
+        ok = group["ok"].to_numpy()
+        met = meets_slo(ok, group["ttft_s"].to_numpy(), group["decode_tps"].to_numpy(), slo_ttft_s, slo_decode_tps)
+        edges = np.array([start, stop])
+        busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
+        tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]
+        rate = 1 / length if length > 0 else np.nan
+        rows.append({
+            "cell": cell, "window_start_s": start, "window_s": length, "in_flight": busy * rate,
+            "decode_tps": tokens * rate, "requests_per_s": (ok & ended_in_window).sum() * rate,
+            "goodput_rps": (met & ended_in_window).sum() * rate,
+            "slo_attainment": met[in_window].mean() if in_window.any() else np.nan,
+            "n": int(in_window.sum()), "failed": int((~ok & in_window).sum()),
+        })
+    return pd.DataFrame(rows, columns=STEADY_COLUMNS)
+
+
+STREAMS_HELD_SHARE = 0.9  # a closed-loop cell holding fewer of its streams in flight is flagged
+
+
+def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Per closed-loop cell (closed, ladder levels): the streams asked for (the records'
+    `concurrency`), the mean in flight over the steady window, and their ratio. Open-loop and a
+    locustfile's own cells are left out: their in-flight count follows arrivals and wait times."""
+    asked = df[df["case"].isin(("closed", "ladder"))].groupby("cell", observed=True)["concurrency"].max()
+    table = steady[steady["cell"].isin(asked.index)][["cell", "in_flight"]].copy()
+    table["asked"] = table["cell"].map(asked).astype(float)
+    table["held_share"] = table["in_flight"] / table["asked"]
+    return table.reset_index(drop=True)
+
+
+def trace_replay(df: pd.DataFrame) -> pd.DataFrame:
+    """Per replayed trace cell (case "trace"): requests, the rate the trace scheduled and the rate
+    achieved (both over first to last send), lateness percentiles (send time minus scheduled
+    time, `queue_s`), and answers the server stopped before their forced length (`completion_tokens`
+    below `max_tokens` although `ignore_eos` asked for all of it)."""
+    rows = []
+    for cell, group in df[df["case"] == "trace"].groupby("cell", observed=True, sort=False):
+        sent = np.sort(group["sent_at"].to_numpy())
+        scheduled = np.sort((group["sent_at"] - group["queue_s"].fillna(0.0)).to_numpy())
+        late = group["queue_s"].dropna()
+        span = lambda times: (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] \
+            else np.nan  # noqa: E731
+        rows.append({"cell": cell, "n": len(group), "scheduled_rps": span(scheduled), "achieved_rps": span(sent),
+                     **{f"late_p{round(q * 100)}_s": late.quantile(q) if len(late) else np.nan for q in PERCENTILES},
+                     "stopped_early": int((group["ok"] & (group["completion_tokens"] < group["max_tokens"])).sum())})
+    return pd.DataFrame(rows, columns=["cell", "n", "scheduled_rps", "achieved_rps", "late_p50_s", "late_p90_s",
+                                       "late_p99_s", "stopped_early"])
+
+
+def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
+    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
+    queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
+    every answer without thinking), per free-running cell, from the raw records of successful
+    requests sent within the cell's steady window (`cells` as in `steady_state_table`)."""
+    parts = []
+    for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
+        steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
+        figures = steady[[col for col in STEADY_FIGURES if col not in STEADY_OPTIONAL
+                          or (steady[col] > 0 if col == "reasoning_tokens" else steady[col].notna()).any()]]
+        pct = figures.quantile(list(PERCENTILES)).T
+        pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
+        pct = pct.assign(n=figures.count())
+        parts.append(pct[pct["n"] > 0].rename_axis("figure").reset_index().assign(cell=cell))
+    if not parts:
+        return pd.DataFrame(columns=["cell", "figure", "p50", "p90", "p99", "n"])
+    return pd.concat(parts, ignore_index=True)[["cell", "figure", "p50", "p90", "p99", "n"]]
+
+
+def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
+    """Each free-running cell with its records, its first send (epoch s), its send and end times
+    (s from that first send) and its steady window (`steady_window`): what the steady-state
+    tables share, found once (a million records take a noticeable time to sort)."""
+    free = df.loc[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES)), STEADY_INPUTS]
+    cells = []
+    for cell, group in free.groupby("cell", sort=False, observed=True):
+        origin = float(group["sent_at"].min())
+        sent = (group["sent_at"] - origin).to_numpy()
+        end = (group["end_at"] - origin).to_numpy()
+        end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
+        cells.append((str(cell), group, origin, sent, end, *steady_window(sent, end)))
+    return cells
+

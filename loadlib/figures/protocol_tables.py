@@ -1,0 +1,244 @@
+"""The protocol's tables, from the DataFrame of records (`loadlib.records.records_frame`).
+
+Validity is decided once, by the client: a request that has no first token, no usage, or
+`completion_tokens <= 1` carries an `error`, and only records without one enter the figures.
+A successful request whose whole answer arrived in one read (total = TTFT) has no decode rate:
+it is left out of the decode figures only, and counted in `exclusions_table`.
+
+Beyond the protocol, and labelled as such wherever shown: the wall-clock window aggregate and
+prefill excluding cached tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlib.figures.formulas import forward_rate
+
+PERCENTILES = (0.5, 0.9, 0.99)
+
+
+# The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
+SINGLE_CASE = "single"
+
+
+CONCURRENT_CASES = ("same", "different")
+
+
+ONE_READ = "whole answer in one read (total = TTFT): no decode rate"
+
+
+ROUND_RULE = "a round counts only when all N streams succeeded"  # see `round_aggregates`
+
+
+COLD, HIT, UNKNOWN = 0, 1, 2  # prefix-cache states (`cache_states`)
+
+
+CACHE_NAMES = {COLD: "cold", HIT: "hit", UNKNOWN: "unknown"}
+
+
+def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per concurrent round, with the protocol's aggregate and the wall-clock one.
+
+    `aggregate_tps = sum(comp - 1) / max(total - ttft)` is the protocol's formula with its quirk:
+    the denominator is the longest single stream's decode time and ignores that streams started
+    their decode at different moments. `window_tps = sum(comp - 1) / (last token - first token
+    across the round's streams)` measures the wall-clock window instead; the two agree when all
+    streams get their first token at the same moment. `stream_decode_tps` is the mean
+    per-stream decode. A round whose streams all answered in one read has no aggregate (NaN),
+    like such a stream.
+
+    Rounds with failures (`ROUND_RULE`): a round counts (`complete`) only when all N of its
+    streams succeeded. The thread's script skips a round with fewer than 2 successful streams
+    (`if len(rs) < 2: continue`) at its only N, 2, which is the same thing; read as "all N" it
+    stays the N-stream figure at any N, where "at least 2" would average 8-stream rounds with
+    rounds that lost streams early and ran the rest with less contention.
+    """
+    conc = df[df["case"].isin(CONCURRENT_CASES)]
+    ok = conc["ok"]
+    work = conc.assign(
+        decode_tokens=(conc["completion_tokens"] - 1).where(ok),
+        decode_time=(conc["total_s"] - conc["ttft_s"]).where(ok),
+        first_token_at=conc["first_token_at"].where(ok),
+        last_token_at=conc["last_token_at"].where(ok),
+        cached_tokens=conc["cached_tokens"].where(ok),
+        prompt_tokens=conc["prompt_tokens"].where(ok & conc["cached_tokens"].notna()),
+    )
+    rounds = work.groupby(["cell", "round"], sort=False, observed=True).agg(
+        concurrency=("concurrency", "first"),
+        case=("case", "first"),
+        streams=("request_id", "size"),
+        ok_streams=("ok", "sum"),
+        decode_tokens=("decode_tokens", "sum"),
+        decode_time=("decode_time", "max"),
+        first_token_at=("first_token_at", "min"),
+        last_token_at=("last_token_at", "max"),
+        stream_decode_tps=("decode_tps", "mean"),
+        cached_tokens=("cached_tokens", "sum"),
+        cache_known=("cached_tokens", "count"),
+        prompt_tokens=("prompt_tokens", "sum"),
+    ).reset_index()
+    complete = rounds["complete"] = (rounds["ok_streams"] == rounds["concurrency"]).astype(bool)
+    decode_time = rounds["decode_time"]
+    rounds["aggregate_tps"] = (rounds["decode_tokens"] / decode_time).where(complete & (decode_time > 0))
+    window = rounds["last_token_at"] - rounds["first_token_at"]
+    rounds["window_tps"] = (rounds["decode_tokens"] / window).where(complete & (window > 0))
+    rounds["cached_tokens"] = rounds["cached_tokens"].where(rounds["cache_known"] > 0)
+    return rounds.drop(columns=["decode_tokens", "decode_time", "first_token_at", "last_token_at",
+                                "cache_known"])
+
+
+def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per scenario, single-stream means over successful rounds with min-max of decode and n.
+
+    `ttfo_s` (mean time to the first answer token after the reasoning) is NaN without thinking.
+    `failed` counts the scenario's requests left out of every figure.
+    """
+    single = df[df["case"] == SINGLE_CASE]
+    ok = single[single["ok"]]
+    table = ok.groupby("scenario", sort=False, observed=True).agg(
+        decode_tps=("decode_tps", "mean"),
+        decode_min=("decode_tps", "min"),
+        decode_max=("decode_tps", "max"),
+        ttft_s=("ttft_s", "mean"),
+        ttfo_s=("ttfo_s", "mean"),
+        tok_per_chunk=("tok_per_chunk", "mean"),
+        e2e_tps=("e2e_tps", "mean"),
+        n=("request_id", "size"),
+    )
+    table["forward_rate"] = forward_rate(table["decode_tps"], table["tok_per_chunk"])
+    failed = single.loc[~single["ok"], "scenario"].astype(str).value_counts()
+    table.index = table.index.astype(str)
+    table["failed"] = failed.reindex(table.index, fill_value=0).astype("int64")
+    return table
+
+
+def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
+                      reference_scenario: str = "code") -> pd.DataFrame:
+    """Per concurrency cell: mean aggregate over complete rounds, min, max, n, and two overlaps.
+
+    One row a cell, with its N and case beside it: two cells of one N and case (a profile's
+    `c8-different` and `c8-distinct-issues`) measure different prompts and stay apart.
+    `n` counts the rounds that count (`round_aggregates`: all N streams succeeded) and
+    `failed_rounds` those left out because a stream failed.
+    `overlap_vs_stream_decode = aggregate / mean per-stream decode` of the same rounds: the
+    thread's overlap (429.7 / 227.2 = 1.89x at N = 2). `overlap_vs_single_decode = aggregate /
+    single-stream decode` of `reference_scenario`, a different figure (429.7 / 246.7 = 1.74x).
+    Beside them: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
+    decode and `cached_share` (cached / prompt tokens: the measured radix state). Rows run by
+    N, same before different, then by cell name.
+    """
+    rounds = round_aggregates(df)
+    complete = rounds[rounds["complete"]]
+    table = complete.groupby("cell", sort=False, observed=True).agg(
+        aggregate_tps=("aggregate_tps", "mean"),
+        min=("aggregate_tps", "min"),
+        max=("aggregate_tps", "max"),
+        n=("aggregate_tps", "size"),
+        window_tps=("window_tps", "mean"),
+        window_min=("window_tps", "min"),
+        window_max=("window_tps", "max"),
+        stream_decode_tps=("stream_decode_tps", "mean"),
+        cached_tokens=("cached_tokens", "sum"),
+        cache_known=("cached_tokens", "count"),
+        prompt_tokens=("prompt_tokens", "sum"),
+    )
+    cells = rounds.groupby("cell", sort=False, observed=True).agg(
+        concurrency=("concurrency", "first"), case=("case", "first"), rounds=("round", "size"))
+    table = cells.join(table)
+    table["n"] = table["n"].fillna(0).astype("int64")
+    table["failed_rounds"] = table["rounds"] - table["n"]
+    table["cached_share"] = (table["cached_tokens"] / table["prompt_tokens"]).where(table["cache_known"] > 0)
+    table = table.reset_index()
+    if single is None:
+        single = single_stream_table(df)
+    base = single["decode_tps"].get(reference_scenario, np.nan) if not single.empty else np.nan
+    table["overlap_vs_stream_decode"] = table["aggregate_tps"] / table["stream_decode_tps"]
+    table["overlap_vs_single_decode"] = table["aggregate_tps"] / base
+    table["_case"] = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)}).astype("int64")
+    table = table.astype({"cell": str, "case": str}).sort_values(["concurrency", "_case", "cell"])
+    return table[["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
+                  "overlap_vs_stream_decode", "overlap_vs_single_decode", "window_tps", "window_min", "window_max",
+                  "stream_decode_tps", "cached_share"]].reset_index(drop=True)
+
+
+def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
+    """TTFT p50/p90/p99 in seconds from raw records of successful requests, grouped by `by`.
+
+    Where any of them has a TTFO (thinking: the first answer token after the reasoning), its
+    p50/p90/p99 and count follow as `ttfo_p50`, `ttfo_p90`, `ttfo_p99`, `ttfo_n` (NaN and 0 for
+    a group without)."""
+    ok = df.loc[df["ok"], [by, "ttft_s", "ttfo_s"]]
+    if ok.empty:
+        return pd.DataFrame(columns=["p50", "p90", "p99", "n"])
+    grouped = ok.groupby(by, sort=False, observed=True)
+    pct = _percentiles(grouped["ttft_s"])
+    pct["n"] = grouped.size()
+    if ok["ttfo_s"].notna().any():
+        ttfo = _percentiles(grouped["ttfo_s"])
+        pct[[f"ttfo_{col}" for col in ttfo.columns]] = ttfo
+        pct["ttfo_n"] = grouped["ttfo_s"].count()
+    return pct
+
+
+def _percentiles(grouped: Any) -> pd.DataFrame:
+    """`PERCENTILES` of a grouped Series, one column each (p50, p90, p99)."""
+    pct = grouped.quantile(list(PERCENTILES)).unstack()
+    pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
+    return pct
+
+
+def failures_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Failed requests counted by cell and reason."""
+    failed = df.loc[~df["ok"], ["cell", "error"]]
+    return (failed.groupby(["cell", "error"], sort=False, observed=True).size().rename("count").reset_index()
+            if not failed.empty else pd.DataFrame(columns=["cell", "error", "count"]))
+
+
+def exclusions_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Successful requests left out of a figure, counted by cell and reason: so far the answers
+    that came in one read, which have TTFT and tokens but no decode rate."""
+    one_read = df.loc[df["ok"] & ~(df["total_s"] > df["ttft_s"]), ["cell"]]
+    table = one_read.groupby("cell", sort=False, observed=True).size().rename("count").reset_index()
+    return table.assign(reason=ONE_READ)[["cell", "reason", "count"]]
+
+
+def cache_states(df: pd.DataFrame) -> np.ndarray:
+    """The prefix-cache state each request met, as `COLD`, `HIT` or `UNKNOWN` codes.
+
+    The client's `cache_observed` where recorded ("warm" only when more than the chat template's
+    framing was cached, since that framing alone makes almost every request a few-token hit);
+    else any cached token is a hit, and no reported count is unknown.
+    """
+    observed, cached = df["cache_observed"], df["cached_tokens"].to_numpy()
+    warm = (observed == "warm").to_numpy(dtype=bool, na_value=False)  # one text comparison: they are slow
+    fallback = np.where(np.isnan(cached), UNKNOWN, np.where(cached > 0, HIT, COLD))
+    return np.where(observed.notna().to_numpy(), np.where(warm, HIT, COLD), fallback)
+
+
+def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Prefill per (cell, scenario, cache state) outside the concurrency cells, by prompt size.
+
+    `cache` (`cache_states`) is "cold" (`prefill_tps` is the protocol's cold prefill), "hit"
+    (part of the prompt came from the prefix cache: only `uncached_prefill_tps` is a prefill
+    rate) or "unknown" (the server did not report cached tokens). Concurrent streams are left
+    out: their TTFT includes waiting for each other's prefill.
+    """
+    rows = df.loc[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES),
+                  ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "cache_observed", "ttft_s",
+                   "prefill_tps", "uncached_prefill_tps"]]
+    table = rows.assign(cache=cache_states(rows)).groupby(["cell", "scenario", "cache"], sort=False,
+                                                          observed=True).agg(
+        prompt_tokens=("prompt_tokens", "mean"),
+        cached_tokens=("cached_tokens", "mean"),
+        ttft_s=("ttft_s", "mean"),
+        prefill_tps=("prefill_tps", "mean"),
+        uncached_prefill_tps=("uncached_prefill_tps", "mean"),
+        n=("request_id", "size"),
+    ).reset_index()
+    table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
+    return table.assign(cache=table["cache"].map(CACHE_NAMES))
+

@@ -1,0 +1,1 @@
+"""Load modes: how requests are scheduled (rounds, closed, ladder, open, trace, search)."""
