@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from loadlib.truth.probe import client_host
+
 MANIFEST_FILE = "manifest.json"
 _SECRET_FLAGS = ("--api-key",)
 
@@ -55,7 +57,7 @@ def build_manifest(opts: Any, target: str, model: str, builtin_simulator: Any = 
             "processes": getattr(opts, "processes", None),
         },
         "client": {"host": platform.node(), "platform": platform.platform(),
-                   "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+                   "cpu": platform.processor() or platform.machine(), **client_host()},
     }
 
 

@@ -37,7 +37,7 @@ from loadlib.figures import live as live_figures
 from loadlib.run import llmstats
 from loadlib.records import records_frame
 from loadlib.run import options
-from loadlib.truth import watch as server_watch
+from loadlib.truth.watch import ServerWatch
 from loadlib.run import webui
 from loadlib.truth.cache import flush_prefix_cache
 from loadlib.wire.client import chat_body
@@ -225,7 +225,10 @@ class RunSession:
             self.manifest["trace_skipped"] = too_long
         self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
         write_manifest(self.run_dir, self.manifest)
-        server_watch.attach(self, api_key)
+        ServerWatch(self.run_dir, opts, self.environment.host, api_key, self.note_in_manifest,
+                    cell_records=lambda cell: [r for r in self.records if r["cell"] == cell],
+                    cell_events=self.conductor.cell_events,
+                    test_stop=self.environment.events.test_stop).start()
         self.master_watch.start()
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, self.mode,
                  len(self.conductor.plan), model)
@@ -400,8 +403,8 @@ class RunSession:
         return SearchHooks(announce, lambda: read_records(run_dir), self.note_in_manifest, settle_s)
 
     def note_in_manifest(self, key: str, value: Any) -> None:
-        """A load mode's result (the search's) into the manifest, written at once: the session
-        stays the manifest's one writer, and a run killed later keeps what was decided."""
+        """A finding for the manifest (the server's self-description, a search's result), written
+        at once: the session is the manifest's one writer, and a run killed later keeps it."""
         self.manifest[key] = value
         if self.run_dir is not None:
             write_manifest(self.run_dir, self.manifest)

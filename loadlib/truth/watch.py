@@ -1,8 +1,9 @@
 """Server-side truth during a run: what the target says it is, and its metrics around every cell.
 
-`attach` is called once per run by the session (after the conductor exists, before it starts).
-It writes the target's self-description into the manifest (and the full answers into
-`server_info.json`), scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages at
+`ServerWatch(...).start()` is called once per run by the session (after the conductor exists,
+before it starts).
+It hands the target's self-description to the session for the manifest (the session is the
+manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages at
 the start and end of every cell and every `--metrics-interval` seconds into `metrics.jsonl`, and
 warns as soon as a cell's server accept length and client tok/chunk disagree. Nothing here may
 stop a run: a failure is recorded or logged, and the run goes on.
@@ -19,12 +20,12 @@ from typing import Any, Callable
 import gevent
 import orjson
 
-from loadlib.records import records_frame
+from locust.event import EventHook
 
+from loadlib.records import records_frame
 from loadlib.truth import server_figures
-from loadlib.run.manifest import write_manifest
+from loadlib.truth.probe import SERVER_INFO_FILE, probe_server
 from loadlib.truth.scrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
-from loadlib.truth.probe import SERVER_INFO_FILE, client_host, probe_server
 
 log = logging.getLogger("uni-bench")
 
@@ -85,32 +86,52 @@ def _never_raises(method: Callable[..., None]) -> Callable[..., None]:
 
 
 class ServerWatch:
-    """The server's side of one run (on Locust's master or the local runner)."""
+    """The server's side of one run (on Locust's master or the local runner).
 
-    def __init__(self, session: Any, api_key: str | None) -> None:
-        self.session = session
-        self.run_dir: Path = session.run_dir
-        opts = session.opts
-        host = session.environment.host
-        verify_tls = not opts.insecure
+    It is given what it needs of the run and nothing more: the run directory, Locust's options
+    (its own `--metrics-*` ones and `--insecure`), the target, a way to note its findings in the
+    manifest, the records of a cell, and the hooks of cells and of the test's stop.
+    """
+
+    def __init__(self, run_dir: Path, opts: argparse.Namespace, host: str, api_key: str | None,
+                 note_in_manifest: Callable[[str, Any], None],
+                 cell_records: Callable[[str], list[dict[str, Any]]],
+                 cell_events: EventHook, test_stop: EventHook) -> None:
+        self.run_dir = run_dir
+        self.host = host
+        self.api_key = api_key
+        self.verify_tls = not opts.insecure
         self.interval_s = getattr(opts, "metrics_interval", DEFAULT_INTERVAL_S)
-        summary, bodies = probe_server(host, api_key, verify_tls)
-        (self.run_dir / SERVER_INFO_FILE).write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2))
-        sources = metrics_sources(host, getattr(opts, "router_metrics", None), getattr(opts, "worker_metrics", []))
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.scraper = Scraper(self.run_dir, sources, headers, verify_tls)
-        self.scraper.scrape("run-start")
-        session.manifest["server"] = {**summary, "info_file": SERVER_INFO_FILE, "metrics": {
-            "file": METRICS_FILE, "interval_s": self.interval_s,
-            "sources": {s.name: s.url for s in sources}, "missing": dict(self.scraper.missing)}}
-        session.manifest.setdefault("client", {}).update(client_host())
-        write_manifest(self.run_dir, session.manifest)
+        self.sources = metrics_sources(host, getattr(opts, "router_metrics", None),
+                                       getattr(opts, "worker_metrics", []))
+        self.note_in_manifest = note_in_manifest
+        self.cell_records = cell_records
         self.cell: dict[str, Any] | None = None  # tag of the cell in progress
         self._cell_entries: list[dict[str, Any]] = []
         self._cells_started = 0
-        self._ticker = gevent.spawn(self._tick) if self.interval_s > 0 and self.scraper.active else None
-        session.conductor.cell_events.add_listener(self.on_cell)
-        session.environment.events.test_stop.add_listener(self.finish)
+        self._ticker: gevent.Greenlet | None = None
+        self._hooks = ((cell_events, self.on_cell), (test_stop, self.finish))
+
+    def start(self) -> bool:
+        """Probes the target, takes the first scrape and hooks onto the run; False (logged) if it
+        could not: a run without the server's view is still a run."""
+        try:
+            summary, bodies = probe_server(self.host, self.api_key, self.verify_tls)
+            (self.run_dir / SERVER_INFO_FILE).write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2))
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self.scraper = Scraper(self.run_dir, self.sources, headers, self.verify_tls)
+            self.scraper.scrape("run-start")
+        except Exception:  # noqa: BLE001 - see the docstring
+            log.exception("server-side metrics: could not start; the run goes on without them")
+            return False
+        self.note_in_manifest("server", {**summary, "info_file": SERVER_INFO_FILE, "metrics": {
+            "file": METRICS_FILE, "interval_s": self.interval_s,
+            "sources": {s.name: s.url for s in self.sources}, "missing": dict(self.scraper.missing)}})
+        if self.interval_s > 0 and self.scraper.active:
+            self._ticker = gevent.spawn(self._tick)
+        for hook, listener in self._hooks:
+            hook.add_listener(listener)
+        return True
 
     @_never_raises
     def on_cell(self, cell: Any, phase: str, **_kwargs: Any) -> None:
@@ -139,8 +160,8 @@ class ServerWatch:
     @_never_raises
     def finish(self, **_kwargs: Any) -> None:
         """The test stopped: a last scrape, then this run's hooks are released."""
-        self.session.environment.events.test_stop.remove_listener(self.finish)
-        self.session.conductor.cell_events.remove_listener(self.on_cell)
+        for hook, listener in self._hooks:
+            hook.remove_listener(listener)
         if self._ticker is not None:
             self._ticker.kill(block=False)
         self.scraper.scrape("run-end")
@@ -149,7 +170,7 @@ class ServerWatch:
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
             return
-        records = records_frame([r for r in self.session.records if r["cell"] == tag["cell"]])
+        records = records_frame(self.cell_records(tag["cell"]))
         entries = [parsed(e, server_figures.NAMES_READ) for e in self._cell_entries]
         for server in server_figures.server_cells(entries):
             own = server_figures.cell_records(records, server.span)
@@ -161,12 +182,3 @@ class ServerWatch:
                             "chunks are merged on the way (--stream-interval above 1, or a proxy)",
                             label, server.source, server.accept_length, server.accept_basis,
                             client, relative * 100)
-
-
-def attach(session: Any, api_key: str | None) -> ServerWatch | None:
-    """Starts the server-side view of the run that `session` is beginning; None if it could not."""
-    try:
-        return ServerWatch(session, api_key)
-    except Exception:  # noqa: BLE001 - a run without the server's view is still a run
-        log.exception("server-side metrics: could not start; the run goes on without them")
-        return None
