@@ -6,10 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from analysis.rundir import read_records_frame
 from loadlib.figures import free_running, protocol_tables
 from loadlib.records import FLOAT_COLUMNS, RECORD_COLUMNS, records_frame
-from loadlib.records import RequestRecord, read_records
+from loadlib.records import RequestRecord, read_records, read_records_frame
 from loadlib.wire.sse import parse_stream
 from tests.analysis.builders import build_record
 from tests.conftest import FAST_SIM, run_locust

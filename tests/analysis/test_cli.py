@@ -125,12 +125,12 @@ def test_a_record_of_the_wrong_shape_or_types_is_one_line_naming_file_and_line_w
 def test_a_bad_record_in_the_second_half_of_a_large_journal_is_named_by_its_line(write_run, protocol_records,
                                                                                  monkeypatch):
     """Large journals are read in two halves at once (a forked process reads the second)."""
-    from analysis import rundir
+    from loadlib import records
 
     run_dir = write_run(protocol_records * 20)
     journal = run_dir / "records.jsonl"
     lines = journal.read_bytes().splitlines()
     journal.write_bytes(b"\n".join([*lines[:250], b"", b"not json", b'{"ttft_s": {}}', *lines[250:]]) + b"\n")
-    monkeypatch.setattr(rundir, "PARALLEL_BYTES", 1000)
-    with pytest.raises(rundir.RunDirError, match=r"records.jsonl: line 253: ttft_s: expected a number, got \{\}$"):
-        rundir.read_records_frame(run_dir)
+    monkeypatch.setattr(records, "PARALLEL_BYTES", 1000)
+    with pytest.raises(records.JournalError, match=r"records.jsonl: line 253: ttft_s: expected a number, got \{\}$"):
+        records.read_records_frame(run_dir)

@@ -6,8 +6,9 @@ import orjson
 import pandas as pd
 import pytest
 
-from analysis import rundir
-from analysis.rundir import RunDirError, SkippedLinesWarning, load_run, read_records_frame
+from analysis.rundir import RunDirError, load_run
+import loadlib.records
+from loadlib.records import SkippedLinesWarning, read_records_frame
 from tests.analysis.builders import build_record
 
 
@@ -28,7 +29,7 @@ def test_a_bad_line_in_the_middle_is_reported_by_number(write_run, protocol_reco
 def test_lines_split_across_read_blocks_are_joined(write_run, protocol_records, monkeypatch):
     run_dir = write_run(protocol_records)
     whole = read_records_frame(run_dir)
-    monkeypatch.setattr(rundir, "BLOCK_BYTES", 100)  # every record spans several blocks
+    monkeypatch.setattr(loadlib.records, "BLOCK_BYTES", 100)  # every record spans several blocks
     assert read_records_frame(run_dir).equals(whole)
 
 
@@ -110,8 +111,8 @@ def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records) + b'{"request_id": "torn", "sce')
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
-        fast = rundir._arrow_frame(path)
+        fast = loadlib.records._arrow_frame(path)
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
-        exact = rundir.exact_frame(path)
+        exact = loadlib.records.exact_frame(path)
     assert fast is not None and len(fast) == 39
     pd.testing.assert_frame_equal(fast, exact, check_categorical=False)
