@@ -46,7 +46,7 @@ def server_cell_table(cells: list[server_figures.ServerCell], records: pd.DataFr
         tok_per_chunk = server_figures.client_tok_per_chunk(own)
         relative = server_figures.divergence(c.accept_length, tok_per_chunk)
         rows.append({
-            "source": c.source, "server": c.dialect, "cell": c.span.cell,
+            "source": c.source, "server": c.server, "cell": c.span.cell,
             "scenario": server_figures.cell_scenario(c.span, own),
             "accept_length": c.accept_length, "accept_basis": c.accept_basis,
             "client_tok_per_chunk": tok_per_chunk, "divergence": relative,

@@ -55,16 +55,16 @@ def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
 @pytest.mark.parametrize("server, expected", [
     # SGLang: accept length only as a gauge (mean of the scrape during the cell, 6.2, and at its
     # end, 6.0); prefix hits from counters: 6000 cached of 8000 prompt tokens; TTFT 1.0 s / 4.
-    ("sglang", dict(dialect="SGLang", accept_length=6.1, accept_basis="gauge", prefix_hit_rate=0.75,
+    ("sglang", dict(server="SGLang", accept_length=6.1, accept_basis="gauge", prefix_hit_rate=0.75,
                     prefix_basis="counter", running_mean=2.0, queued_mean=2.0, ttft_mean_s=0.25,
                     requests=4.0, generated_tokens=2048.0)),
     # vLLM (two engines, summed): 1 + 1600 accepted / 400 drafts; 2500 hits of 10000 queried
     # tokens; running 5 + 3, waiting 2 + 1; TTFT 2.4 s / 8.
-    ("vllm", dict(dialect="vLLM", accept_length=5.0, accept_basis="counter", prefix_hit_rate=0.25,
+    ("vllm", dict(server="vLLM", accept_length=5.0, accept_basis="counter", prefix_hit_rate=0.25,
                   prefix_basis="counter", running_mean=8.0, queued_mean=3.0, ttft_mean_s=0.3,
                   requests=8.0, generated_tokens=4096.0)),
     # llama.cpp: no speculative, prefix-cache or TTFT metrics; processing and deferred requests.
-    ("llamacpp", dict(dialect="llama.cpp", accept_length=None, accept_basis=None, prefix_hit_rate=None,
+    ("llamacpp", dict(server="llama.cpp", accept_length=None, accept_basis=None, prefix_hit_rate=None,
                       prefix_basis=None, running_mean=2.0, queued_mean=1.0, ttft_mean_s=None,
                       requests=None, generated_tokens=1024.0)),
 ])

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 import gevent
 
-from loadlib.run.options import positive_float, positive_int
 from loadlib.sim.faults import FaultPicker, parse_spec
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
 from loadlib.sim.server import SimServer
@@ -24,6 +23,21 @@ from loadlib.sim.wire import SHAPES
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit status 2
         self.exit(2, f"loadlib.sim: error: {message}\n")
+
+
+def _above_zero(convert: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number above 0 (a text `convert` refuses is argparse's "invalid
+    int value", after the name copied here)."""
+    def parse(text: str) -> float:
+        value = convert(text)
+        if not value > 0:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+        return value
+    parse.__name__ = convert.__name__
+    return parse
+
+
+positive_int, positive_float = _above_zero(int), _above_zero(float)
 
 
 def _fault(text: str):
@@ -45,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=positive_float,
                    help="multiply every simulated duration by this (0.05 runs 20x faster)")
     p.add_argument("--trace", help="append one JSON line per finished request to this file")
-    p.add_argument("--flavor", choices=sorted(SHAPES), help="wire shapes of this server")
+    p.add_argument("--flavor", choices=sorted(SHAPES), help="wire shapes of this server (loadlib/wire/flavours.py)")
     p.add_argument("--served-model-name", help="model id in /v1/models and responses")
     p.add_argument("--fault", action="append", default=[], type=_fault, metavar="KIND[=VALUE][@SHARE]",
                    help="inject a fault into SHARE of the requests (repeatable; see loadlib/sim/faults.py); "

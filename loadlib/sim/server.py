@@ -152,7 +152,7 @@ class _Delivery:
         """Finish chunk, usage chunk, [DONE] and the end of the chunked body, in one piece."""
         req, shape, now = self.req, self.shape, time.time()
         timings = None
-        if shape.server_header == b"llama.cpp":
+        if shape.sends_timings:
             first = self.first_token_at or now
             timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
                                        first - self.received_at, req.limit, now - first)

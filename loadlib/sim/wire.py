@@ -1,4 +1,7 @@
-"""Chunk shapes on the wire, one class per server flavour (SGLang, vLLM, llama.cpp).
+"""Chunk shapes on the wire, one emitter class per server flavour (SGLang, vLLM, llama.cpp).
+
+Each emitter is built from its flavour in `loadlib/wire/flavours.py` (its delta keys, error
+shapes and `Server` header) and adds the serialisation details the client does not read.
 
 A shape object is built once per request with every constant part of its chunks pre-serialized,
 so a step's chunk is a join of a prefix, the (already JSON-escaped) token text and a suffix.
@@ -18,6 +21,7 @@ from typing import Any
 import orjson
 
 from loadlib.sim.httpio import frame
+from loadlib.wire.flavours import ERROR_KEY, LLAMACPP, SGLANG, VLLM, Flavour
 
 _dumps = orjson.dumps
 
@@ -26,28 +30,63 @@ def _framed(payload: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
-class SglangShape:
+class _Emitter:
+    """What every emitter takes from its flavour, set once per class."""
+
+    flavour: Flavour
+    content_key: bytes
+    reasoning_key: bytes
+    done_after_error: bool
+    server_header: bytes
+    sends_timings = False  # llama.cpp's `timings` object in the final chunks
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.content_key = cls.flavour.delta.content.encode()
+        cls.reasoning_key = cls.flavour.delta.reasoning.encode()
+        cls.done_after_error = cls.flavour.errors.done_after_stream_error
+        cls.server_header = cls.flavour.server_header.encode()
+
+    @classmethod
+    def error_object(cls, message: str, err_type: str, code: int) -> dict[str, Any]:
+        """The flavour's error object: its fields, in its order."""
+        values = {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+        return {name: values[name] for name in cls.flavour.errors.fields}
+
+    def error_event(self, message: str, err_type: str, code: int) -> bytes:
+        """An error inside the stream: `data: {"error": {...}}`."""
+        return frame(b"data: " + _dumps({ERROR_KEY: self.error_object(message, err_type, code)}) + b"\n\n")
+
+    @classmethod
+    def error_body(cls, message: str, err_type: str, code: int) -> dict[str, Any]:
+        """The body of a non-200 answer (e.g. a prompt that is too long), flat or nested."""
+        error = cls.error_object(message, err_type, code)
+        return {ERROR_KEY: error} if cls.flavour.errors.nested_in_body else error
+
+
+class SglangShape(_Emitter):
     """SGLang's `serving_chat.py` stream (pydantic dumps, so unset fields are explicit nulls)."""
 
-    done_after_error = True
-    server_header = b"uvicorn"
+    flavour = SGLANG
 
     def __init__(self, rid: str, model: str, created: int) -> None:
         self.rid, self.model, self.created = rid, model, created
         head = b'data: {"id":%b,"object":"chat.completion.chunk","created":%d,"model":%b,"choices":[{"index":0,"delta":' % (
             _dumps(rid), created, _dumps(model))
         tail = b',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n'
+        content, reasoning = self.content_key, self.reasoning_key
         self._head = head
-        self._pre_content = head + b'{"role":null,"content":"'
-        self._post_content = b'","reasoning_content":null,"tool_calls":null}' + tail
-        self._pre_reasoning = head + b'{"role":null,"content":null,"reasoning_content":"'
+        self._pre_content = head + b'{"role":null,"%b":"' % content
+        self._post_content = b'","%b":null,"tool_calls":null}' % reasoning + tail
+        self._pre_reasoning = head + b'{"role":null,"%b":null,"%b":"' % (content, reasoning)
         self._post_reasoning = b'","tool_calls":null}' + tail
-        self._pre_tool = head + b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":['
+        self._pre_tool = head + b'{"role":null,"%b":null,"%b":null,"tool_calls":[' % (content, reasoning)
         self._post_tool = b']}' + tail
 
     def role(self) -> bytes:
-        return frame(self._head + b'{"role":"assistant","content":"","reasoning_content":null,'
-                     b'"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n')
+        return frame(self._head + b'{"role":"assistant","%b":"","%b":null,"tool_calls":null},"logprobs":null,'
+                     b'"finish_reason":null,"matched_stop":null}],"usage":null}\n\n' % (
+                         self.content_key, self.reasoning_key))
 
     def content(self, text: bytes, finish: str | None = None) -> bytes:
         return _framed(self._pre_content + text + self._post_content)
@@ -70,9 +109,9 @@ class SglangShape:
         return self.finish(reason, matched_stop, timings)
 
     def finish(self, reason: str, matched_stop: int | None, timings: dict | None = None) -> bytes:
-        return frame(self._head + b'{"role":null,"content":null,"reasoning_content":null,"tool_calls":null},'
+        return frame(self._head + b'{"role":null,"%b":null,"%b":null,"tool_calls":null},'
                      b'"logprobs":null,"finish_reason":%b,"matched_stop":%b}],"usage":null}\n\n' % (
-                         _dumps(reason), _dumps(matched_stop)))
+                         self.content_key, self.reasoning_key, _dumps(reason), _dumps(matched_stop)))
 
     def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
               timings: dict | None = None) -> bytes:
@@ -89,14 +128,8 @@ class SglangShape:
 
     def error_event(self, message: str, err_type: str, code: int) -> bytes:
         """`create_streaming_error_response`: json.dumps (with its spacing) of a nested error."""
-        return frame(b"data: " + json.dumps({"error": {
-            "object": "error", "message": message, "type": err_type, "param": None,
-            "code": code}}).encode() + b"\n\n")
-
-    @staticmethod
-    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
-        """The flat error body of `create_error_response` (e.g. a prompt that is too long)."""
-        return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+        return frame(b"data: " + json.dumps({ERROR_KEY: self.error_object(message, err_type, code)}).encode()
+                     + b"\n\n")
 
     def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
                  usage: dict[str, Any], timings: dict | None = None,
@@ -106,8 +139,8 @@ class SglangShape:
         return {"id": self.rid, "object": "chat.completion", "created": self.created,
                 "model": self.model,
                 "choices": [{"index": 0,
-                             "message": {"role": "assistant", "content": text,
-                                         "reasoning_content": reasoning, "tool_calls": calls},
+                             "message": {"role": "assistant", self.flavour.delta.content: text,
+                                         self.flavour.delta.reasoning: reasoning, "tool_calls": calls},
                              "logprobs": None, "finish_reason": reason,
                              "matched_stop": matched_stop}],
                 "usage": usage, "metadata": {"weight_version": "default"}}
@@ -119,6 +152,8 @@ class VllmShape(SglangShape):
     it reports them) `usage.completion_tokens_details.reasoning_tokens`, where SGLang puts its
     count at `usage.reasoning_tokens`."""
 
+    flavour = VLLM
+
     def __init__(self, rid: str, model: str, created: int) -> None:
         rid = rid if rid.startswith("chatcmpl-") else f"chatcmpl-{rid}"
         self.rid, self.model, self.created = rid, model, created
@@ -126,17 +161,18 @@ class VllmShape(SglangShape):
             _dumps(rid), created, _dumps(model))
 
     def role(self) -> bytes:
-        return frame(self._head + b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n')
+        return frame(self._head + b'{"role":"assistant","%b":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                     % self.content_key)
 
     def _delta(self, key: bytes, text: bytes, finish: str | None) -> bytes:
         end = (b'"finish_reason":%b,"stop_reason":null' % _dumps(finish)) if finish else b'"finish_reason":null'
         return _framed(self._head + b'{"%b":"%b"},"logprobs":null,%b}]}\n\n' % (key, text, end))
 
     def content(self, text: bytes, finish: str | None = None) -> bytes:
-        return self._delta(b"content", text, finish)
+        return self._delta(self.content_key, text, finish)
 
     def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
-        return self._delta(b"reasoning", text, finish)
+        return self._delta(self.reasoning_key, text, finish)
 
     def tool_name(self, index: int, call_id: str, name: str) -> bytes:
         return _framed(self._head + b'{"tool_calls":[{"id":%b,"type":"function","index":%d,"function":'
@@ -166,13 +202,7 @@ class VllmShape(SglangShape):
                                          "created": self.created, "model": self.model,
                                          "choices": [], "usage": usage}) + b"\n\n")
 
-    def error_event(self, message: str, err_type: str, code: int) -> bytes:
-        return frame(b"data: " + _dumps({"error": {"message": message, "type": err_type,
-                                                   "param": None, "code": code}}) + b"\n\n")
-
-    @staticmethod
-    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
-        return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+    error_event = _Emitter.error_event  # orjson's dumps, no spacing
 
     def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
                  usage: dict[str, Any], timings: dict | None = None,
@@ -181,8 +211,8 @@ class VllmShape(SglangShape):
         return {"id": self.rid, "object": "chat.completion", "created": self.created,
                 "model": self.model,
                 "choices": [{"index": 0,
-                             "message": {"role": "assistant", "content": text,
-                                         "reasoning": reasoning, "tool_calls": calls},
+                             "message": {"role": "assistant", self.flavour.delta.content: text,
+                                         self.flavour.delta.reasoning: reasoning, "tool_calls": calls},
                              "logprobs": None, "finish_reason": reason, "stop_reason": None}],
                 "usage": {**{k: v for k, v in usage.items() if v is not None and k != "reasoning_tokens"},
                           "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning_tokens") or 0}}}
@@ -192,8 +222,8 @@ class LlamacppShape(SglangShape):
     """llama.cpp's llama-server: keys in its own order, `content: null` in the role chunk,
     `:` comment lines, `timings` with the finish and usage chunks, no `[DONE]` after an error."""
 
-    done_after_error = False
-    server_header = b"llama.cpp"
+    flavour = LLAMACPP
+    sends_timings = True
     FINGERPRINT = "b6000-sim"
 
     def __init__(self, rid: str, model: str, created: int) -> None:
@@ -204,17 +234,17 @@ class LlamacppShape(SglangShape):
 
     def role(self) -> bytes:
         return frame(b": llama-server stream\n\n" + b'data: {"choices":[{"finish_reason":null,"index":0,'
-                     b'"delta":{"role":"assistant","content":null}}],%b}\n\n' % self._tail)
+                     b'"delta":{"role":"assistant","%b":null}}],%b}\n\n' % (self.content_key, self._tail))
 
     def _delta(self, key: bytes, text: bytes) -> bytes:
         return _framed(b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"%b":"%b"}}],%b}\n\n' % (
             key, text, self._tail))
 
     def content(self, text: bytes, finish: str | None = None) -> bytes:
-        return self._delta(b"content", text)
+        return self._delta(self.content_key, text)
 
     def reasoning(self, text: bytes, finish: str | None = None) -> bytes:
-        return self._delta(b"reasoning_content", text)
+        return self._delta(self.reasoning_key, text)
 
     def tool_name(self, index: int, call_id: str, name: str) -> bytes:
         return _framed(b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":%d,'
@@ -237,21 +267,22 @@ class LlamacppShape(SglangShape):
             self._tail, _dumps(usage), _dumps(timings or {})))
 
     def error_event(self, message: str, err_type: str, code: int) -> bytes:
-        return frame(b"data: " + _dumps({"error": {"code": code, "message": message,
-                                                   "type": "server_error"}}) + b"\n\n")
+        """Every error inside a stream is a `server_error`."""
+        return _Emitter.error_event(self, message, "server_error", code)
 
-    @staticmethod
-    def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+    @classmethod
+    def error_body(cls, message: str, err_type: str, code: int) -> dict[str, Any]:
+        """llama-server's own error types in place of the OpenAI exception names."""
         kind = "exceed_context_size_error" if "context" in message else (
             "invalid_request_error" if code == 400 else "server_error")
-        return {"error": {"code": code, "message": message, "type": kind}}
+        return super().error_body(message, kind, code)
 
     def response(self, text: str | None, reasoning: str | None, reason: str, matched_stop: int | None,
                  usage: dict[str, Any], timings: dict | None = None,
                  tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", self.flavour.delta.content: text}
         if reasoning:
-            message["reasoning_content"] = reasoning
+            message[self.flavour.delta.reasoning] = reasoning
         if tool_calls:
             message["tool_calls"] = [{"type": "function", "function": c["function"], "id": c["id"]}
                                      for c in tool_calls]
@@ -276,4 +307,5 @@ def llamacpp_timings(prompt_n: int, cache_n: int, prompt_s: float, predicted_n: 
             "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else 0.0}
 
 
-SHAPES = {"sglang": SglangShape, "vllm": VllmShape, "llamacpp": LlamacppShape}
+SHAPES: dict[str, type[SglangShape]] = {  # flavour name -> its emitter; `--flavor` offers these
+    shape.flavour.name: shape for shape in (SglangShape, VllmShape, LlamacppShape)}

@@ -1,10 +1,11 @@
 """What the target says about itself, read once at the start of a run for the manifest.
 
 Users post the server version and launch flags beside every result; reading them from the
-server (SGLang's /get_server_info, vLLM's /version, llama.cpp's /props, /v1/models) makes them
-exact. An endpoint the server does not offer is recorded as missing, not raised. Secrets never
-reach a file: the API key in use and every field named like a key, token or password are
-replaced by "***" (SGLang's server args include its own `api_key`).
+server (each flavour's info endpoint in `loadlib/wire/flavours.py`: SGLang's /get_server_info,
+vLLM's /version, llama.cpp's /props; and /v1/models) makes them exact. An endpoint the server
+does not offer is recorded as missing, not raised. Secrets never reach a file: the API key in
+use and every field named like a key, token or password are replaced by "***" (SGLang's server
+args include its own `api_key`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ import orjson
 import psutil
 
 from loadlib.wire.connection import Connection, Endpoint, TransportError
+from loadlib.wire.flavours import FLAVOURS, LLAMACPP, SGLANG, Flavour
 
 SERVER_INFO_FILE = "server_info.json"
-# Each group is one piece of information; its paths are tried in order until one answers.
-PROBES = (
-    ("/get_server_info", "/server_info"),  # SGLang: server args, version, internal states
-    ("/get_model_info", "/model_info"),  # SGLang: model path, architecture
-    ("/v1/models",),  # every OpenAI-compatible server
-    ("/version",),  # vLLM
-    ("/props",),  # llama.cpp: slots, context, build
-)
+MODELS_PATH = "/v1/models"  # every OpenAI-compatible server
+# Each group is one piece of information; its paths are tried in order until one answers:
+# each flavour's own info endpoint and the others it offers, then the model list.
+PROBES = (*(group for f in FLAVOURS.values() for group in (f.probes.info_paths, *f.probes.more_paths)),
+          (MODELS_PATH,))
 # The launch flags users post beside their numbers (SGLang server-arg names).
 LAUNCH_FLAGS = (
     "model_path", "served_model_name", "tp_size", "dp_size", "context_length", "quantization",
@@ -105,56 +104,59 @@ def redact(value: Any, api_key: str | None = None) -> Any:
 
 
 def server_kind(bodies: dict[str, Any]) -> str:
-    """sglang, sglang-router, vllm, llama.cpp or unknown, from what the server answered."""
-    info = _server_args(bodies)
-    if "router_manager" in info or "workers_count" in info:
-        return "sglang-router"
-    if "tp_size" in info or "internal_states" in info:
-        return "sglang"
-    props = bodies.get("/props")
-    if isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props):
-        return "llama.cpp"
-    if isinstance(bodies.get("/version"), dict):
-        return "vllm"
+    """sglang, sglang-router, vllm, llama.cpp or unknown, from what the server answered.
+
+    A flavour whose info body has marks of its own is asked before one that any JSON object at
+    its info path identifies; without an info endpoint, the models' `owned_by` decides."""
+    for flavour in sorted(FLAVOURS.values(), key=lambda f: not f.probes.marks):
+        probes, info = flavour.probes, _info(bodies, flavour)
+        if probes.router_kind and any(mark in info for mark in probes.router_marks):
+            return probes.router_kind
+        if any(mark in info for mark in probes.marks) or (not probes.marks and _answered(bodies, flavour)):
+            return probes.kind
     owners = {m.get("owned_by") for m in _models(bodies)}
-    for owner, kind in (("sglang", "sglang"), ("vllm", "vllm"), ("llamacpp", "llama.cpp")):
-        if owner in owners:
-            return kind
+    for flavour in FLAVOURS.values():
+        if flavour.probes.owned_by in owners:
+            return flavour.probes.kind
     return "unknown"
 
 
 def server_version(bodies: dict[str, Any]) -> str | None:
-    """SGLang's and vLLM's `version`, or llama.cpp's `build_info`."""
-    for path, key in (("/get_server_info", "version"), ("/server_info", "version"),
-                      ("/version", "version"), ("/props", "build_info")):
-        body = bodies.get(path)
-        if isinstance(body, dict) and body.get(key):
-            return str(body[key])
+    """The version (or build) the first flavour's info endpoint gives."""
+    for flavour in FLAVOURS.values():
+        for path in flavour.probes.info_paths:
+            body = bodies.get(path)
+            if isinstance(body, dict) and body.get(flavour.probes.version_field):
+                return str(body[flavour.probes.version_field])
     return None
 
 
 def launch_flags(bodies: dict[str, Any]) -> dict[str, Any]:
     """The launch flags users post (SGLang's server args, llama.cpp's slots and context)."""
-    info = _server_args(bodies)
+    info = _info(bodies, SGLANG)
     flags = {name: info[name] for name in LAUNCH_FLAGS if name in info}
-    props = bodies.get("/props")
-    if isinstance(props, dict):
-        settings = props.get("default_generation_settings") or {}
-        for name, value in (("total_slots", props.get("total_slots")),
-                            ("n_ctx", settings.get("n_ctx") if isinstance(settings, dict) else None),
-                            ("model_path", props.get("model_path"))):
-            if value is not None:
-                flags.setdefault(name, value)
+    props = _info(bodies, LLAMACPP)
+    settings = props.get("default_generation_settings") or {}
+    for name, value in (("total_slots", props.get("total_slots")),
+                        ("n_ctx", settings.get("n_ctx") if isinstance(settings, dict) else None),
+                        ("model_path", props.get("model_path"))):
+        if value is not None:
+            flags.setdefault(name, value)
     return flags
 
 
-def _server_args(bodies: dict[str, Any]) -> dict[str, Any]:
-    info = bodies.get("/get_server_info") or bodies.get("/server_info") or {}
+def _info(bodies: dict[str, Any], flavour: Flavour) -> dict[str, Any]:
+    """The flavour's info body, {} when it did not answer with a JSON object."""
+    info = next((bodies[p] for p in flavour.probes.info_paths if bodies.get(p)), {})
     return info if isinstance(info, dict) else {}
 
 
+def _answered(bodies: dict[str, Any], flavour: Flavour) -> bool:
+    return any(isinstance(bodies.get(p), dict) for p in flavour.probes.info_paths)
+
+
 def _models(bodies: dict[str, Any]) -> list[dict[str, Any]]:
-    models = bodies.get("/v1/models")
+    models = bodies.get(MODELS_PATH)
     data = models.get("data") if isinstance(models, dict) else None
     return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 

@@ -1,8 +1,8 @@
 """The server's own figures per cell, from the scrapes in `metrics.jsonl`, and how they compare
 with the client's.
 
-Each server names its metrics differently (a `Dialect`), and offers some figures only as
-gauges. A counter gives an exact figure for a cell: its change from the cell's start scrape to
+Each server names its metrics differently (its flavour's `MetricNames`, in
+`loadlib/wire/flavours.py`), and offers some figures only as gauges. A counter gives an exact figure for a cell: its change from the cell's start scrape to
 its end scrape. A gauge gives the server's own recent average at the moment of a scrape: the
 cell's figure is the mean of the scrapes taken during the cell, and is labelled "gauge".
 
@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from loadlib.figures import formulas, protocol_tables
+from loadlib.wire.flavours import FLAVOURS, Flavour, MetricNames
 
 DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
 # A gauge is a sample: each value is the mean of one logging interval (SGLang: 40 decode batches)
@@ -32,41 +33,6 @@ GAUGE_LIMIT = 0.5
 COUNTER, GAUGE = "counter", "gauge"
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """Where one server keeps each figure (metric names as they appear in the samples)."""
-
-    name: str
-    prefix: str
-    accept_counters: tuple[str, str] | None = None  # (accepted draft tokens, drafts): 1 + a/d
-    accept_gauge: str | None = None
-    cache_counters: tuple[tuple[str, str], ...] = ()  # (hit tokens, queried tokens), first found
-    cache_gauge: str | None = None
-    running: str | None = None
-    queued: str | None = None
-    ttft: str | None = None  # histogram: mean = change of _sum / change of _count
-    requests: str | None = None  # finished requests
-    generated: str | None = None  # generated tokens
-
-
-SGLANG = Dialect(
-    "SGLang", "sglang:", accept_gauge="sglang:spec_accept_length",
-    cache_counters=(("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),),
-    cache_gauge="sglang:cache_hit_rate", running="sglang:num_running_reqs",
-    queued="sglang:num_queue_reqs", ttft="sglang:time_to_first_token_seconds",
-    requests="sglang:num_requests_total", generated="sglang:generation_tokens_total")
-VLLM = Dialect(
-    "vLLM", "vllm:",
-    accept_counters=("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
-    cache_counters=(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-                    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total")),
-    cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
-    queued="vllm:num_requests_waiting", ttft="vllm:time_to_first_token_seconds",
-    requests="vllm:request_success_total", generated="vllm:generation_tokens_total")
-LLAMACPP = Dialect(  # no speculative, prefix-cache or TTFT metrics in llama-server's /metrics
-    "llama.cpp", "llamacpp:", running="llamacpp:requests_processing",
-    queued="llamacpp:requests_deferred", generated="llamacpp:tokens_predicted_total")
-DIALECTS = (SGLANG, VLLM, LLAMACPP)
 # Requests a router sent to each worker (label `worker`): sglang-router up to 0.2, then its
 # Model Gateway names (0.3 on), whose circuit breaker counts every request's outcome per worker.
 ROUTER_SPLIT = ("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")
@@ -74,12 +40,12 @@ ROUTER_SPLIT = ("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_t
 
 def _names_read() -> frozenset[str]:
     names = set(ROUTER_SPLIT)
-    for d in DIALECTS:
-        names.update(n for n in (d.accept_gauge, d.cache_gauge, d.running, d.queued, d.requests, d.generated) if n)
-        names.update(d.accept_counters or ())
-        names.update(n for pair in d.cache_counters for n in pair)
-        if d.ttft:
-            names.update((f"{d.ttft}_sum", f"{d.ttft}_count"))
+    for m in (f.metrics for f in FLAVOURS.values()):
+        names.update(n for n in (m.accept_gauge, m.cache_gauge, m.running, m.queued, m.requests, m.generated) if n)
+        names.update(m.accept_counters or ())
+        names.update(n for pair in m.cache_counters for n in pair)
+        if m.ttft:
+            names.update((f"{m.ttft}_sum", f"{m.ttft}_count"))
     return frozenset(names)
 
 
@@ -103,7 +69,7 @@ class ServerCell:
     """One source's figures over one cell; None where the server does not offer the figure."""
 
     source: str
-    dialect: str
+    server: str  # the flavour's title
     span: CellSpan
     accept_length: float | None
     accept_basis: str | None  # COUNTER or GAUGE
@@ -130,14 +96,14 @@ class RouterSplit:
 
 
 def server_cells(entries: Iterable[dict[str, Any]]) -> list[ServerCell]:
-    """Per source and cell, the server's figures; sources no dialect knows are left out."""
+    """Per source and cell, the server's figures; sources of no known flavour are left out."""
     out = []
     for source, by_cell in _by_source_and_cell(entries).items():
-        dialect = dialect_of([e for cell in by_cell.values() for e in cell])
-        if dialect is None:
+        flavour = flavour_of([e for cell in by_cell.values() for e in cell])
+        if flavour is None:
             continue
         for cell_entries in by_cell.values():
-            figures = cell_figures(source, dialect, cell_entries)
+            figures = cell_figures(source, flavour, cell_entries)
             if figures is not None:
                 out.append(figures)
     return out
@@ -160,33 +126,34 @@ def router_split(entries: Iterable[dict[str, Any]]) -> list[RouterSplit]:
     return out
 
 
-def dialect_of(entries: Iterable[dict[str, Any]]) -> Dialect | None:
-    """The dialect whose prefix the samples use, or None."""
+def flavour_of(entries: Iterable[dict[str, Any]]) -> Flavour | None:
+    """The flavour whose metric prefix the samples use, or None."""
     for entry in entries:
         names = {sample[0] for sample in entry.get("samples") or ()}
-        for dialect in DIALECTS:
-            if any(name.startswith(dialect.prefix) for name in names):
-                return dialect
+        for flavour in FLAVOURS.values():
+            if any(name.startswith(flavour.metrics.prefix) for name in names):
+                return flavour
     return None
 
 
-def cell_figures(source: str, dialect: Dialect, entries: list[dict[str, Any]]) -> ServerCell | None:
+def cell_figures(source: str, flavour: Flavour, entries: list[dict[str, Any]]) -> ServerCell | None:
     """One source's figures over one cell, from the cell's scrapes; None without both a start
     and an end scrape."""
+    names = flavour.metrics
     start, end = _ends(entries)
     if start is None or end is None:
         return None
     during = [e for e in entries if e["phase"] == "interval" and not e.get("error")
               and start["t"] <= e["t"] <= end["t"]]
-    accept, accept_basis, tolerance = _accept_length(dialect, start, end, during)
-    hit, hit_basis = _prefix_hit_rate(dialect, start, end, during)
-    running = [v for v in (_value(e, dialect.running) for e in during) if v is not None]
-    queued = [v for v in (_value(e, dialect.queued) for e in during) if v is not None]
+    accept, accept_basis, tolerance = _accept_length(names, start, end, during)
+    hit, hit_basis = _prefix_hit_rate(names, start, end, during)
+    running = [v for v in (_value(e, names.running) for e in during) if v is not None]
+    queued = [v for v in (_value(e, names.queued) for e in during) if v is not None]
     return ServerCell(
-        source, dialect.name, _span(start, end), accept, accept_basis, tolerance, hit, hit_basis, _mean(running),
+        source, flavour.title, _span(start, end), accept, accept_basis, tolerance, hit, hit_basis, _mean(running),
         max(running, default=None), _mean(queued), max(queued, default=None),
-        _histogram_mean(dialect.ttft, start, end), _delta(start, end, dialect.requests),
-        _delta(start, end, dialect.generated), len(during))
+        _histogram_mean(names.ttft, start, end), _delta(start, end, names.requests),
+        _delta(start, end, names.generated), len(during))
 
 
 def cell_records(records: pd.DataFrame, span: CellSpan) -> pd.DataFrame:
@@ -252,16 +219,16 @@ def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[st
     return start, end
 
 
-def _accept_length(dialect: Dialect, start: dict, end: dict,
+def _accept_length(names: MetricNames, start: dict, end: dict,
                    during: list[dict]) -> tuple[float | None, str | None, float]:
     """The cell's accept length, its basis and its tolerance (`accept_tolerance`)."""
-    if dialect.accept_counters:
-        accepted, drafts = (_delta(start, end, name) for name in dialect.accept_counters)
+    if names.accept_counters:
+        accepted, drafts = (_delta(start, end, name) for name in names.accept_counters)
         if accepted is not None and drafts:
             return 1 + accepted / drafts, COUNTER, DIVERGENCE_LIMIT
-    if dialect.accept_gauge:
+    if names.accept_gauge:
         # Below 1: no speculative step since the server started; no data, not a figure.
-        values = _intervals(_fresh_gauge(dialect.accept_gauge, start, [*during, end], floor=1.0))
+        values = _intervals(_fresh_gauge(names.accept_gauge, start, [*during, end], floor=1.0))
         if values:
             return _mean(values), GAUGE, accept_tolerance(GAUGE)
     return None, None, DIVERGENCE_LIMIT
@@ -273,13 +240,13 @@ def _intervals(values: list[float]) -> list[float]:
     return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
-def _prefix_hit_rate(dialect: Dialect, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
-    for hits_name, queries_name in dialect.cache_counters:
+def _prefix_hit_rate(names: MetricNames, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+    for hits_name, queries_name in names.cache_counters:
         hits, queries = _delta(start, end, hits_name), _delta(start, end, queries_name)
         if hits is not None and queries:
             return hits / queries, COUNTER
-    if dialect.cache_gauge:
-        values = _fresh_gauge(dialect.cache_gauge, start, [*during, end])
+    if names.cache_gauge:
+        values = _fresh_gauge(names.cache_gauge, start, [*during, end])
         if values:
             return _mean(values), GAUGE
     return None, None

@@ -1,0 +1,129 @@
+"""The server flavours the tool speaks to, as data: one frozen value per server.
+
+A flavour is what one server is on the wire and at its endpoints: the delta keys its stream
+carries text under, how its errors look (in a non-200 body and inside a stream), the names of its
+Prometheus metrics, and the endpoints and fields that say which server it is and its version.
+The client's stream reader, the probe, the server view and the simulator all read these values,
+so a server's quirks are written down once. sglang-router speaks SGLang's wire and is told apart
+by its server info.
+
+Adding a server flavour: one `Flavour` here and its line in `FLAVOURS` (and an emitter in
+`loadlib/sim/wire.py` if the simulator should speak it). Pure data: stdlib only, so that the
+simulator can import it without the tool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeltaKeys:
+    """The keys of `choices[].delta` that carry text."""
+
+    reasoning: str  # the thinking text (with a reasoning parser)
+    content: str = "content"  # the answer
+
+
+@dataclass(frozen=True)
+class ErrorShape:
+    """How an error looks. Inside a stream it is always an event `{"error": {...}}`."""
+
+    fields: tuple[str, ...]  # the error object's keys, in the server's order
+    nested_in_body: bool  # a non-200 body is `{"error": {...}}` (True) or the object itself (False)
+    done_after_stream_error: bool  # `data: [DONE]` still follows an error event
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Where the server's /metrics keeps each figure (sample names as they appear)."""
+
+    prefix: str  # every metric of this server starts with it
+    accept_counters: tuple[str, str] | None = None  # (accepted draft tokens, drafts): 1 + a/d
+    accept_gauge: str | None = None
+    cache_counters: tuple[tuple[str, str], ...] = ()  # (hit tokens, queried tokens), first found
+    cache_gauge: str | None = None
+    running: str | None = None
+    queued: str | None = None
+    ttft: str | None = None  # histogram: mean = change of _sum / change of _count
+    requests: str | None = None  # finished requests
+    generated: str | None = None  # generated tokens
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Where the server says what it is: its own info endpoint, read once at the start of a run."""
+
+    kind: str  # `server.kind` in the manifest
+    info_paths: tuple[str, ...]  # the info endpoint: the first of these paths that answers
+    marks: tuple[str, ...]  # a field of the info body that identifies the server; () = any object
+    version_field: str  # the info body's field holding the version (or build)
+    owned_by: str  # `owned_by` of its models in /v1/models, when the info endpoint is missing
+    more_paths: tuple[tuple[str, ...], ...] = ()  # other endpoints kept for the manifest
+    router_kind: str | None = None  # a router in front of this server, told apart by
+    router_marks: tuple[str, ...] = ()  # these fields of the same info body
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One server as the tool sees it."""
+
+    name: str  # registry key, the simulator's `--flavor`
+    title: str  # shown in reports
+    delta: DeltaKeys
+    errors: ErrorShape
+    metrics: MetricNames
+    probes: Probes
+    server_header: str  # its HTTP `Server` header
+
+
+SGLANG = Flavour(
+    "sglang", "SGLang",
+    DeltaKeys(reasoning="reasoning_content"),
+    ErrorShape(("object", "message", "type", "param", "code"), nested_in_body=False,
+               done_after_stream_error=True),
+    MetricNames(
+        "sglang:", accept_gauge="sglang:spec_accept_length",
+        cache_counters=(("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),),
+        cache_gauge="sglang:cache_hit_rate", running="sglang:num_running_reqs",
+        queued="sglang:num_queue_reqs", ttft="sglang:time_to_first_token_seconds",
+        requests="sglang:num_requests_total", generated="sglang:generation_tokens_total"),
+    Probes("sglang", ("/get_server_info", "/server_info"), marks=("tp_size", "internal_states"),
+           version_field="version", owned_by="sglang",
+           more_paths=(("/get_model_info", "/model_info"),),  # model path, architecture
+           router_kind="sglang-router", router_marks=("router_manager", "workers_count")),
+    server_header="uvicorn")
+VLLM = Flavour(
+    "vllm", "vLLM",
+    DeltaKeys(reasoning="reasoning"),
+    ErrorShape(("message", "type", "param", "code"), nested_in_body=True, done_after_stream_error=True),
+    MetricNames(
+        "vllm:",
+        accept_counters=("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
+        cache_counters=(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+                        ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total")),
+        cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
+        queued="vllm:num_requests_waiting", ttft="vllm:time_to_first_token_seconds",
+        requests="vllm:request_success_total", generated="vllm:generation_tokens_total"),
+    Probes("vllm", ("/version",), marks=(), version_field="version", owned_by="vllm"),
+    server_header="uvicorn")
+LLAMACPP = Flavour(
+    "llamacpp", "llama.cpp",
+    DeltaKeys(reasoning="reasoning_content"),
+    ErrorShape(("code", "message", "type"), nested_in_body=True, done_after_stream_error=False),
+    MetricNames(  # no speculative, prefix-cache or TTFT metrics in llama-server's /metrics
+        "llamacpp:", running="llamacpp:requests_processing", queued="llamacpp:requests_deferred",
+        generated="llamacpp:tokens_predicted_total"),
+    Probes("llama.cpp", ("/props",), marks=("default_generation_settings", "build_info"),
+           version_field="build_info", owned_by="llamacpp"),
+    server_header="llama.cpp")
+
+FLAVOURS: dict[str, Flavour] = {f.name: f for f in (SGLANG, VLLM, LLAMACPP)}
+
+# What a client's stream reader needs, whatever the server: every delta key that carries text,
+# reasoning keys first and the answer's key last (the order the output hash reads them in), and
+# the key of an error object in an error event or a nested error body.
+DELTA_TEXT_KEYS: tuple[str, ...] = (
+    *dict.fromkeys(f.delta.reasoning for f in FLAVOURS.values()),
+    *dict.fromkeys(f.delta.content for f in FLAVOURS.values()))
+ERROR_KEY = "error"
