@@ -33,9 +33,8 @@ GAUGE_LIMIT = 0.5
 COUNTER, GAUGE = "counter", "gauge"
 
 
-# Requests a router sent to each worker (label `worker`): sglang-router up to 0.2, then its
-# Model Gateway names (0.3 on), whose circuit breaker counts every request's outcome per worker.
-ROUTER_SPLIT = ("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")
+# Requests a router sent to each worker (label `worker`), under each flavour's router's names.
+ROUTER_SPLIT = tuple(name for f in FLAVOURS.values() for name in f.metrics.router_requests)
 
 
 def _names_read() -> frozenset[str]:

@@ -48,6 +48,9 @@ class MetricNames:
     ttft: str | None = None  # histogram: mean = change of _sum / change of _count
     requests: str | None = None  # finished requests
     generated: str | None = None  # generated tokens
+    # Requests a router in front of this server sent to each worker (label `worker`), on the
+    # router's own page; the first name found counts.
+    router_requests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,10 @@ SGLANG = Flavour(
         cache_counters=(("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),),
         cache_gauge="sglang:cache_hit_rate", running="sglang:num_running_reqs",
         queued="sglang:num_queue_reqs", ttft="sglang:time_to_first_token_seconds",
-        requests="sglang:num_requests_total", generated="sglang:generation_tokens_total"),
+        requests="sglang:num_requests_total", generated="sglang:generation_tokens_total",
+        # sglang-router up to 0.2, then its Model Gateway names (0.3 on), whose circuit breaker
+        # counts every request's outcome per worker.
+        router_requests=("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")),
     Probes("sglang", ("/get_server_info", "/server_info"), marks=("tp_size", "internal_states"),
            version_field="version", owned_by="sglang",
            more_paths=(("/get_model_info", "/model_info"),),  # model path, architecture
