@@ -15,9 +15,10 @@ import pandas as pd
 
 from analysis import locust_csv, text
 from analysis.document import Document, Section, flatten
-from analysis.figures import run_figures
 from analysis.rundir import Run
-from analysis.summary import scenario_order
+from loadlib.figures.goodput import goodput_slo
+from loadlib.figures.headline import headline_figures
+from loadlib.figures.protocol_tables import scenario_order
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
@@ -29,8 +30,8 @@ def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: fl
 
     Goodput targets not given come from each run's own profile."""
     labels = [run.label for run in runs]
-    figures = pd.concat([run_figures(run, slo_ttft_s, slo_decode_tps).assign(run=run.label) for run in runs],
-                        ignore_index=True)
+    figures = pd.concat([headline_figures(run.records, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
+                         .assign(run=run.label) for run in runs], ignore_index=True)
     return Document(
         f"Comparison of {len(runs)} runs: {', '.join(labels)} (differences against {labels[0]})",
         [settings(runs), comparison(figures, labels), determinism(runs),

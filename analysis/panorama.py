@@ -16,8 +16,9 @@ import pandas as pd
 from analysis import locust_csv, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, ProtocolTables, case_labels
+from analysis.summary import CASE_LABELS, case_labels
 from loadlib.figures import protocol_tables
+from loadlib.figures.protocol_tables import ProtocolTables
 
 REFERENCE_SCENARIO = "code"
 
@@ -32,7 +33,8 @@ def panorama(runs: list[Run]) -> Document:
 def grid(tables: dict[str, ProtocolTables]) -> Section:
     """One row a run; single-stream code decode, then aggregate t/s per N and case."""
     long = pd.concat([t.concurrent.assign(run=label) for label, t in tables.items()], ignore_index=True)
-    long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long))]
+    kinds = {cell: kind for t in tables.values() for cell, kind in t.kinds.items()}
+    long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long, kinds))]
     single = pd.DataFrame({"run": list(tables), "cell": protocol_tables.SINGLE_CASE, "concurrency": 1,
                            "case": protocol_tables.SINGLE_CASE, "aggregate_tps": [_single_decode(t) for t in tables.values()],
                            "column": f"1 stream {REFERENCE_SCENARIO}"})

@@ -14,8 +14,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, PROTOCOL_CASES, ProtocolTables, cell_order, scenario_label
+from analysis.summary import CASE_LABELS, PROTOCOL_CASES, scenario_label
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures.protocol_tables import ProtocolTables, cell_order
 from loadlib.modes import search as search_module
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
@@ -83,7 +84,7 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
         for color, (label, t) in zip(_colors(), tables.items()):
             single = t.single["decode_tps"].get("code", np.nan)
             measured = t.concurrent[t.concurrent[value].notna()]
-            for series, rows in measured.groupby(_series_of(measured["cell"]), sort=False, observed=True):
+            for series, rows in measured.groupby(measured["cell"].map(t.kinds), sort=False, observed=True):
                 style = CASE_STYLE.get(series, "-.")
                 n = np.concatenate([[1], rows["concurrency"]])
                 agg = np.concatenate([[single], rows[value]])
@@ -105,12 +106,6 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
     protocol_ax.legend(fontsize=8)
     fig.suptitle("Aggregate decode against concurrency (mean over rounds, whisker = min–max)")
     return fig
-
-
-def _series_of(cells: pd.Series) -> list[str]:
-    """A line per kind of concurrency cell: `c4-same` and `c8-same` are one ("same"), a profile's
-    `c8-distinct-issues` another."""
-    return [str(cell).partition("-")[2] for cell in cells]
 
 
 def ttft_distribution(runs: list[Run]) -> Figure | None:
@@ -143,7 +138,8 @@ def _ttft_groups(runs: list[Run]) -> dict[str, np.ndarray]:
     for run in runs:
         ok = run.records[run.records["ok"] & run.records["ttft_s"].notna()]
         if len(runs) == 1:
-            for cell in sorted(ok["cell"].unique(), key=cell_order):
+            present = set(ok["cell"])
+            for cell in (cell for cell in cell_order(run.records) if cell in present):
                 groups[str(cell)] = ok.loc[ok["cell"] == cell, "ttft_s"].to_numpy()
         elif not ok.empty:
             groups[run.label] = ok["ttft_s"].to_numpy()
@@ -324,7 +320,7 @@ def _shade_cells(df: pd.DataFrame, top, bottom) -> None:
     """Alternating grey bands, one per cell, named above the top chart when wide enough to read."""
     origin = df["sent_at"].min()
     spans = df.groupby("cell", observed=True).agg(start=("sent_at", "min"), end=("end_at", "max"))
-    spans = spans.reindex(sorted(spans.index, key=cell_order))
+    spans = spans.reindex(cell_order(df))
     readable = (spans["end"].max() - origin) / 40
     for i, (cell, span) in enumerate(spans.iterrows()):
         start, end = span["start"] - origin, span["end"] - origin

@@ -2,9 +2,10 @@
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
 and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
 
-Each function turns one `loadlib.figures.metrics` table (or what the manifest kept: the search's result,
-the self-watch) into a section; the end-of-run summary and `python -m analysis report` show the
-same sections.
+Each function turns one `loadlib.figures` table (or what the manifest kept: the search's result,
+the self-watch) into a section: it labels, formats and orders, it computes nothing. Which sections
+the end-of-run summary and `python -m analysis report` show, and in what order, is
+`analysis.contents.CONTENTS`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import pandas as pd
 
 from analysis import text
 from analysis.document import Section
-from loadlib.figures import free_running, protocol_tables
+from loadlib.figures import free_running
+from loadlib.figures.client_limits import client_limited
+from loadlib.figures.goodput import GoodputSlo
 from loadlib.modes import search
-from loadlib.run.selfwatch import client_limited
 
 WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s", "loop_lag_p99_s",
                  "loop_lag_max_s", "samples", "reasons"]
@@ -91,11 +93,11 @@ def _ranged(values: pd.Series, lows: pd.Series, highs: pd.Series, digits: int) -
             for v, lo, hi in zip(values, lows, highs)]
 
 
-def steady_state(table: pd.DataFrame, slo_ttft_s: float, slo_decode_tps: float) -> Section:
+def steady_state(table: pd.DataFrame, slo: GoodputSlo) -> Section:
     return Section(
         "steady_state", f"Steady state of free-running cells (window: in-flight requests at or above "
-        f"their median; goodput = completions/s meeting TTFT <= {slo_ttft_s:g} s and decode >= "
-        f"{slo_decode_tps:g} t/s)",
+        f"their median; goodput = completions/s meeting TTFT <= {slo.ttft_s:g} s and decode >= "
+        f"{slo.decode_tps:g} t/s)",
         table, pd.DataFrame({
             "cell": table["cell"].astype(str),
             "window s": [f"{text.num(s)}+{text.num(w)}" for s, w in zip(table["window_start_s"], table["window_s"])],
@@ -189,20 +191,9 @@ def prefill(table: pd.DataFrame) -> Section:
         }), keys=("cell", "scenario", "cache"), left=("cell", "scenario", "cache"), optional=True)
 
 
-def cache_section(df: pd.DataFrame) -> Section:
-    """Per cell and intended state: what the requests met. A cold request served from the cache,
-    or a warm one that missed, is flagged."""
-    meant = df[df["cache_intended"].isin(["cold", "warm"])]
-    observed = meant["cache_observed"].fillna("unknown")
-    table = meant.assign(met_cold=observed == "cold", met_warm=observed == "warm",
-                         unknown=observed == "unknown").groupby(["cell", "cache_intended"], sort=False,
-                                                                observed=True).agg(
-        n=("request_id", "size"), met_cold=("met_cold", "sum"), met_warm=("met_warm", "sum"),
-        unknown=("unknown", "sum"), cached_tokens=("cached_tokens", "sum"), prompt_tokens=("prompt_tokens", "sum"),
-    ).reset_index()
-    missed = ((table["cache_intended"] == "cold") & (table["met_warm"] > 0)) | (
-        (table["cache_intended"] == "warm") & (table["met_cold"] > 0))
-    table["flag"] = missed.map({True: "MISSED", False: ""}).astype(str)
+def cache_section(table: pd.DataFrame) -> Section:
+    """Per cell and intended state: what the requests met (`scenario_tables.cache_state_table`). A
+    cold request served from the cache, or a warm one that missed, is flagged."""
     return Section(
         "cache_state", "Cache state (intended by the cell; met = from cached_tokens, warm above the "
         "template's framing; MISSED: a cold request served from cache, or a warm one that was not)",
@@ -216,18 +207,9 @@ def cache_section(df: pd.DataFrame) -> Section:
         }), keys=("cell", "cache_intended"), left=("cell", "intended", "flag"), optional=True)
 
 
-def turn_section(df: pd.DataFrame) -> Section:
-    """Multi-turn conversations: TTFT per scenario and turn, beside the growing prompt and its
-    cached part."""
-    turns = df[df["turn"].notna()].assign(turn=lambda d: d["turn"].astype(int))
-    parts = []
-    for scenario, group in turns.groupby("scenario", sort=False, observed=True):
-        ok = group[group["ok"]].groupby("turn", observed=True)
-        parts.append(protocol_tables.ttft_percentiles(group, by="turn").assign(
-            scenario=scenario, prompt_tokens=ok["prompt_tokens"].mean(),
-            cached_tokens=ok["cached_tokens"].mean()).sort_index().reset_index(names="turn"))
-    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["scenario", "turn", "p50", "p90", "p99", "n", "prompt_tokens", "cached_tokens"])
+def turn_section(table: pd.DataFrame) -> Section:
+    """Multi-turn conversations: TTFT per scenario and turn (`scenario_tables.turn_table`), beside
+    the growing prompt and its cached part."""
     return Section(
         "turns", "Multi-turn: TTFT per turn (s; each turn resends the history, so later turns hit the cache)",
         table, pd.DataFrame({

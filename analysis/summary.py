@@ -7,7 +7,6 @@ these, from the same raw records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
@@ -16,8 +15,8 @@ from analysis import text
 from analysis.document import Section
 from analysis.formats.json import rows
 from loadlib.figures import protocol_tables
+from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.records import THINKING_MODES, records_frame
-from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
 MAX_TOKENS_LISTED = 6  # more distinct max_tokens than this are shown as a range
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
@@ -29,28 +28,6 @@ SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_ch
 CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
                      "overlap_vs_stream_decode", "overlap_vs_single_decode"]
 THINKING_PHRASES = {"on": "ON", "off": "off", "server": "server default (not sent)"}
-
-
-@dataclass(frozen=True)
-class ProtocolTables:
-    """The four protocol tables of one run, computed once from its records frame."""
-
-    single: pd.DataFrame  # index scenario
-    concurrent: pd.DataFrame
-    ttft: pd.DataFrame  # index cell
-    failures: pd.DataFrame
-
-    @classmethod
-    def from_frame(cls, df: pd.DataFrame) -> "ProtocolTables":
-        single = protocol_tables.single_stream_table(df)
-        single = single.reindex(sorted(single.index, key=scenario_order))
-        ttft = protocol_tables.ttft_percentiles(df)
-        ttft = ttft.reindex(sorted(ttft.index, key=cell_order))
-        failures = protocol_tables.failures_table(df)
-        order = sorted(range(len(failures)), key=lambda i: (cell_order(failures["cell"].iat[i]),
-                                                            failures["error"].iat[i]))
-        return cls(single, protocol_tables.concurrency_table(df, single), ttft,
-                   failures.iloc[order].reset_index(drop=True))
 
 
 def protocol_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -93,7 +70,7 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
             "of those rounds (the thread's), and aggregate / single-stream code decode)",
             concurrent[CONCURRENT_FIELDS], pd.DataFrame({
                 "N": text.column(concurrent["concurrency"], 0),
-                "case": case_labels(concurrent),
+                "case": case_labels(concurrent, tables.kinds),
                 "aggregate t/s": text.column(concurrent["aggregate_tps"]),
                 "range": text.spans(concurrent["min"], concurrent["max"]),
                 "n": text.column(concurrent["n"], 0),
@@ -128,11 +105,12 @@ def failures_section(failures: pd.DataFrame) -> Section:
                    failures.astype(str), keys=("cell", "error"), left=("cell", "error"))
 
 
-def case_labels(concurrent: pd.DataFrame) -> list[str]:
-    """The case as the thread names it, and the cell's name where it is not the protocol's own
-    (`c8-distinct-issues` beside the protocol's `c8-different`)."""
-    return [CASE_LABELS.get(case, case) + ("" if cell == f"c{n}-{case}" else f", {cell}")
-            for cell, n, case in zip(concurrent["cell"], concurrent["concurrency"], concurrent["case"])]
+def case_labels(concurrent: pd.DataFrame, kinds: Mapping[str, str]) -> list[str]:
+    """The case as the thread names it, and the cell's name where the cell is not of the
+    protocol's own kinds (`kinds`, `protocol_tables.cell_kinds`: `c8-distinct-issues` beside the
+    protocol's `c8-different`)."""
+    return [CASE_LABELS.get(case, case) + ("" if kinds.get(cell, case) == case else f", {cell}")
+            for cell, case in zip(concurrent["cell"], concurrent["case"])]
 
 
 def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
@@ -196,18 +174,33 @@ def scenario_label(name: str) -> str:
     return f"{name} ({SCENARIO_LABELS[name]})" if name in SCENARIO_LABELS else name
 
 
-def cell_order(cell: str) -> tuple[int, int, str]:
-    """single first, then concurrency cells by N with same before different before a profile's
-    (`c8-distinct-issues`), then the rest."""
-    if cell == protocol_tables.SINGLE_CASE:
-        return (0, 0, "")
-    head, _, name = cell.partition("-")
-    if head[:1] == "c" and head[1:].isdigit():
-        cases = protocol_tables.CONCURRENT_CASES
-        return (1, int(head[1:]), f"{cases.index(name) if name in cases else len(cases)}{name}")
-    return (2, 0, cell)
+def single_details(tables: ProtocolTables) -> Section:
+    single = tables.single
+    return Section(
+        "single_stream", "Single stream, more figures (end-to-end = comp/total, prefill included; "
+        "forward rate = decode / tok-per-chunk, estimated verify steps/s)",
+        single[["e2e_tps", "forward_rate", "n", "failed"]].reset_index(), pd.DataFrame({
+            "scenario": [scenario_label(name) for name in single.index],
+            "end-to-end t/s": text.column(single["e2e_tps"]),
+            "forward rate /s": text.column(single["forward_rate"]),
+            "n": text.column(single["n"], 0),
+            "failed": text.column(single["failed"], 0),
+        }), keys=("scenario",), left=("scenario",), optional=True)
 
 
-def scenario_order(name: str) -> tuple[int, str]:
-    known = SINGLE_STREAM_SCENARIOS
-    return (known.index(name), "") if name in known else (len(known), name)
+def concurrency_details(tables: ProtocolTables) -> Section:
+    conc = tables.concurrent
+    return Section(
+        "concurrency", "Concurrency, both aggregate definitions: protocol = sum(comp-1)/max(total-ttft); "
+        "window = sum(comp-1)/(last token - first token across the round's streams)",
+        conc.drop(columns=["min", "max", "overlap_vs_stream_decode", "overlap_vs_single_decode"]), pd.DataFrame({
+            "N": text.column(conc["concurrency"], 0),
+            "case": case_labels(conc, tables.kinds),
+            "protocol t/s": text.column(conc["aggregate_tps"]),
+            "window t/s": text.column(conc["window_tps"]),
+            "window range": text.spans(conc["window_min"], conc["window_max"]),
+            "per-stream decode t/s": text.column(conc["stream_decode_tps"]),
+            "cached prompt": [text.percent(v) for v in conc["cached_share"]],
+            "n": text.column(conc["n"], 0),
+            "failed rounds": text.column(conc["failed_rounds"], 0),
+        }), keys=("cell",), left=("case",), optional=True)

@@ -7,7 +7,8 @@ import time
 
 import gevent
 
-from loadlib.run.selfwatch import LAG_BUCKETS, SelfWatch, client_limited
+from loadlib.figures.client_limits import client_limited
+from loadlib.run.selfwatch import LAG_BUCKETS, SelfWatch
 
 
 def test_a_blocked_loop_shows_as_lag_while_requests_are_in_flight_and_memory_stays_fixed():

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import meets_slo
+from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES, SINGLE_CASE
 
 MAX_LENGTH_BUCKETS = 8
@@ -168,7 +169,8 @@ STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps
                   "goodput_rps", "slo_attainment", "n", "failed"]
 
 
-def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps: float = 20.0,
+def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
+                       slo_decode_tps: float = DEFAULT_SLO.decode_tps,
                        cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """Steady-state levels of each free-running cell (a `case` that is not the protocol's).
 
@@ -186,7 +188,8 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = 2.0, slo_decode_tps
         in_window = (sent >= start) & (sent <= stop)
         ended_in_window = (end >= start) & (end <= stop)
         ok = group["ok"].to_numpy()
-        met = meets_slo(ok, group["ttft_s"].to_numpy(), group["decode_tps"].to_numpy(), slo_ttft_s, slo_decode_tps)
+        met = meets_slo(ok, group["ttft_s"].to_numpy(), group["decode_tps"].to_numpy(), slo_ttft_s,
+                        slo_decode_tps)
         edges = np.array([start, stop])
         busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
         tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]

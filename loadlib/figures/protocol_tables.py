@@ -11,12 +11,14 @@ prefill excluding cached tokens.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import forward_rate
+from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
 PERCENTILES = (0.5, 0.9, 0.99)
 
@@ -242,3 +244,64 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
     return table.assign(cache=table["cache"].map(CACHE_NAMES))
 
+
+# --- the four tables together, in reading order ----------------------------------------------------
+
+@dataclass(frozen=True)
+class ProtocolTables:
+    """The four protocol tables of one run, computed once from its records frame, rows in reading
+    order (`scenario_order`, `cell_order`), and what kind each concurrency cell is (`cell_kinds`)."""
+
+    single: pd.DataFrame  # index scenario
+    concurrent: pd.DataFrame
+    ttft: pd.DataFrame  # index cell
+    failures: pd.DataFrame
+    kinds: dict[str, str]  # concurrency cell -> its kind (`cell_kinds`)
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> "ProtocolTables":
+        single = single_stream_table(df)
+        single = single.reindex(sorted(single.index, key=scenario_order))
+        rank = {cell: i for i, cell in enumerate(cell_order(df))}
+        ttft = ttft_percentiles(df)
+        ttft = ttft.reindex(sorted(ttft.index, key=rank.__getitem__))
+        failures = failures_table(df)
+        order = sorted(range(len(failures)), key=lambda i: (rank[failures["cell"].iat[i]], failures["error"].iat[i]))
+        return cls(single, concurrency_table(df, single), ttft, failures.iloc[order].reset_index(drop=True),
+                   cell_kinds(df))
+
+
+def scenario_order(name: str) -> tuple[int, str]:
+    """The thread's single-stream scenarios in its order, then the rest by name."""
+    known = SINGLE_STREAM_SCENARIOS
+    return (known.index(name), "") if name in known else (len(known), name)
+
+
+def cell_order(df: pd.DataFrame) -> list[str]:
+    """The run's cells in reading order, from each cell's `case` and `concurrency`: the single
+    stream first, then concurrency cells by N with same before different (then by name, as in
+    `concurrency_table`), then the free-running cells by name."""
+    cells = df.groupby("cell", sort=False, observed=True).agg(case=("case", "first"),
+                                                               concurrency=("concurrency", "first"))
+
+    def key(row: Any) -> tuple[int, int, int, str]:
+        if row.case == SINGLE_CASE:
+            return (0, 0, 0, "")
+        if row.case in CONCURRENT_CASES:
+            return (1, int(row.concurrency), CONCURRENT_CASES.index(row.case), str(row.Index))
+        return (2, 0, 0, str(row.Index))
+
+    return [str(row.Index) for row in sorted(cells.itertuples(), key=key)]
+
+
+def cell_kinds(df: pd.DataFrame) -> dict[str, str]:
+    """Per concurrency cell, the kind of cell it is: its case ("same", "different") for the
+    protocol's own cells (named `c{N}-{case}` by `loadlib.scenarios.prompts`), else the scenario
+    its streams sent (a profile's kind, e.g. `distinct-issues`), else, for a cell of several
+    scenarios, the cell itself. Cells of one kind at several N make one series."""
+    conc = df.loc[df["case"].isin(CONCURRENT_CASES), ["cell", "case", "concurrency", "scenario"]]
+    cells = conc.groupby("cell", sort=False, observed=True).agg(
+        case=("case", "first"), concurrency=("concurrency", "first"), scenario=("scenario", "first"),
+        scenarios=("scenario", "nunique"))
+    return {str(cell): str(row.case if cell == f"c{row.concurrency}-{row.case}" else
+                           row.scenario if row.scenarios == 1 else cell) for cell, row in cells.iterrows()}

@@ -15,7 +15,8 @@ about the lag, the load it offered was not limited by it).
 
 Its memory does not grow with the run: lags go into a fixed histogram of 0.1 ms buckets, CPU
 shares into a running sum and maximum. The master watches itself too (`role` "master"): it times
-nothing, but a master short of CPU receives records late and spawns users late.
+nothing, but a master short of CPU receives records late and spawns users late. What the snapshots
+mean for the figures is judged in `loadlib.figures.client_limits`.
 """
 
 from __future__ import annotations
@@ -27,12 +28,6 @@ from typing import Any
 import gevent
 import numpy as np
 import psutil
-
-CPU_LIMIT_SHARE = 0.9  # above this, the client may have been the bottleneck
-LAG_LIMIT_S = 0.005  # a p99 loop lag above this may have delayed timestamps
-STEAL_LIMIT_SHARE = 0.05  # more of the CPU stolen than this: a busy host
-SWITCHES_LIMIT_PER_S = 100.0  # more involuntary context switches a second: the process lost its turn
-
 
 LAG_BUCKET_S = 0.0001
 LAG_BUCKETS = 20_000  # up to 2 s; longer lags count in the last bucket (their maximum is kept apart)
@@ -103,38 +98,6 @@ class SelfWatch:
             return 0.0
         bucket = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
         return min((bucket + 1) * LAG_BUCKET_S, self.lag_max_s)
-
-
-def client_limited(snapshots: list[dict[str, Any]]) -> list[str]:
-    """Reasons to suspect the figures were limited or their timestamps delayed on the client's
-    side, one snapshot per process, each worded for what it means for the figures."""
-    reasons = []
-    for snap in snapshots:
-        who = "the master (it receives every record and spawns the users)" if snap.get("role") == "master" \
-            else "a client process"
-        lag_ms = snap.get("loop_lag_p99_s", 0.0) * 1000
-        if snap.get("cpu_share_max", 0.0) > CPU_LIMIT_SHARE:
-            reasons.append(f"client short of CPU: {who} used {snap['cpu_share_max']:.0%} of a core, so it may "
-                           f"have capped the load and read streams late (event-loop lag p99 {lag_ms:.1f} ms)")
-        elif lag_ms > LAG_LIMIT_S * 1000:
-            if machine_busy(snap):
-                reasons.append(f"machine busy, not the client: {who} used only {snap.get('cpu_share_max', 0.0):.0%} "
-                               f"of a core while {snap.get('run_queue_max', 0):.0f} processes wanted "
-                               f"{snap.get('cores', 0)} cores (steal {snap.get('steal_share_max', 0.0):.0%}, "
-                               f"{snap.get('involuntary_switches_per_s', 0.0):.0f} forced switches/s); timestamps may "
-                               f"be late by up to the event-loop lag p99 {lag_ms:.1f} ms, the load offered was not "
-                               "limited by the client")
-            else:
-                reasons.append(f"client event-loop lag p99 was {lag_ms:.1f} ms: timestamps may be late by up to that")
-    return reasons
-
-
-def machine_busy(snap: dict[str, Any]) -> bool:
-    """Whether other processes took the CPU from this one (run queue above the cores, steal, or
-    many involuntary context switches)."""
-    return (snap.get("run_queue_max", 0) > snap.get("cores", 1 << 30)
-            or snap.get("steal_share_max", 0.0) > STEAL_LIMIT_SHARE
-            or snap.get("involuntary_switches_per_s", 0.0) > SWITCHES_LIMIT_PER_S)
 
 
 class MachineLoad:

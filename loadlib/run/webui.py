@@ -5,9 +5,8 @@ whose rows ride on the UI's own `/stats/requests` poll (`extended_stats`), links
 Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab can only show a
 table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
 
-Every figure comes from the post-processor's own functions (`ProtocolTables`, and from
-`loadlib.figures.metrics` the TTFT percentiles, failures, prefill/cache, steady-state and timeline
-tables) applied to the records that the run's session holds; on a master those are every
+Every figure comes from the tables the post-processor renders (`loadlib.figures`: the protocol's
+tables, TTFT percentiles, failures, prefill/cache, steady-state and timeline tables) applied to the records that the run's session holds; on a master those are every
 worker's records. The report is the end-of-run summary's own `analysis.render_summary`.
 """
 
@@ -27,11 +26,11 @@ from flask import Blueprint, Response, jsonify, request
 from locust.env import Environment
 
 from analysis import render_summary, text
-from analysis.summary import CASE_LABELS, SCENARIO_LABELS, ProtocolTables, thinking_phrase
+from analysis.summary import CASE_LABELS, SCENARIO_LABELS, thinking_phrase
 from loadlib.figures import free_running, protocol_tables
-from loadlib.records import records_frame
+from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
 from loadlib.run import webform
-from loadlib.records import RECORDS_FILE, RequestRecord, read_records
 from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
 
 log = logging.getLogger(__name__)

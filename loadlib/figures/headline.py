@@ -8,19 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.rundir import Run
-from analysis.run_summary import goodput_slo
-from analysis.summary import ProtocolTables
 from loadlib.figures import free_running
+from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.protocol_tables import ProtocolTables
 
 FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
 
 
-def run_figures(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> pd.DataFrame:
-    """Figures in reading order: single stream, concurrency, steady state, TTFT percentiles.
-
-    Goodput targets not given come from the run's own profile (`goodput_slo`)."""
-    tables = ProtocolTables.from_frame(run.records)
+def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
+    """Figures in reading order: single stream, concurrency, steady state (goodput against `slo`),
+    TTFT percentiles."""
+    tables = ProtocolTables.from_frame(df)
     single, conc = tables.single, tables.concurrent
     parts = [
         _rows(single, "{} decode t/s", "decode_tps", "decode_min", "decode_max"),
@@ -37,8 +35,7 @@ def run_figures(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float
         _rows(conc, "{} overlap vs per-stream decode x", "overlap_vs_stream_decode"),
         _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode"),
     ]
-    slo = goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps)
-    steady = free_running.steady_state_table(run.records, slo.ttft_s, slo.decode_tps).set_index("cell")
+    steady = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps).set_index("cell")
     parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
               _rows(steady, "{} goodput req/s", "goodput_rps")]
     ttft = tables.ttft

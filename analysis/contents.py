@@ -1,0 +1,107 @@
+"""Every section of a run's summary and report, in reading order: the one list that both the
+end-of-run summary (`analysis.run_summary`) and `python -m analysis report` render.
+
+An entry names the function that builds its section(s) from a run's `RunData`, and when it is
+shown: `report_only` entries come after the summary's in the report alone, `when` leaves an entry
+out of runs it does not fit. A new report figure is a table function in `loadlib/figures/`, a
+section function that labels it (`analysis/sections.py`) and one entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from analysis import locust_csv, sections, server_view, summary
+from analysis.document import Section
+from analysis.locust_csv import LocustCsv
+from loadlib.figures import free_running, protocol_tables, scenario_tables
+from loadlib.figures.goodput import GoodputSlo, goodput_slo
+
+LONG_CONTEXT = "long-context"  # scenario names of the long-context kind start with it
+
+
+@dataclass
+class RunData:
+    """What the sections are built from: the records frame and the run's manifest; the run
+    directory where the server's scrapes may be (`run_dir`), Locust's CSV files (the report's);
+    tables several sections share are computed once, on first use."""
+
+    df: pd.DataFrame
+    manifest: Mapping[str, Any]
+    run_dir: Path | None = None
+    slo: GoodputSlo | None = None  # None: the profile's, else the defaults (`goodput_slo`)
+    locust: LocustCsv | None = None
+
+    def __post_init__(self) -> None:
+        self.slo = self.slo or goodput_slo(self.manifest)
+
+    @cached_property
+    def tables(self) -> protocol_tables.ProtocolTables:
+        return protocol_tables.ProtocolTables.from_frame(self.df)
+
+    @cached_property
+    def steady_cells(self) -> list[free_running.SteadyCell]:
+        return free_running.steady_cells(self.df)
+
+    @cached_property
+    def steady(self) -> pd.DataFrame:
+        return free_running.steady_state_table(self.df, self.slo.ttft_s, self.slo.decode_tps, self.steady_cells)
+
+    @cached_property
+    def long_context(self) -> bool:
+        """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
+        return any(str(name).startswith(LONG_CONTEXT) for name in self.df["scenario"].unique())
+
+
+@dataclass(frozen=True)
+class Entry:
+    build: Callable[[RunData], Section | list[Section]]
+    report_only: bool = False
+    when: Callable[[RunData], bool] = lambda run: True
+
+
+def _ran_protocol(run: RunData) -> bool:
+    return bool(run.df["case"].isin(summary.PROTOCOL_CASES).any())
+
+
+def _prefill(run: RunData) -> Section:
+    return sections.prefill(protocol_tables.prefill_table(run.df))
+
+
+CONTENTS: list[Entry] = [
+    Entry(lambda run: sections.search_section(run.manifest)),
+    Entry(lambda run: summary.protocol_sections(run.tables), when=_ran_protocol),
+    Entry(lambda run: sections.steady_state(run.steady, run.slo)),
+    Entry(lambda run: sections.streams_held(free_running.streams_held(run.steady, run.df))),
+    Entry(lambda run: sections.trace_replay(free_running.trace_replay(run.df), run.manifest.get("trace_skipped"))),
+    Entry(lambda run: sections.steady_percentiles(free_running.steady_percentiles(run.df, run.steady_cells))),
+    Entry(lambda run: summary.failures_section(run.tables.failures)),
+    Entry(lambda run: sections.exclusions_section(protocol_tables.exclusions_table(run.df))),
+    Entry(_prefill, when=lambda run: run.long_context),
+    Entry(lambda run: sections.cache_section(scenario_tables.cache_state_table(run.df))),
+    Entry(lambda run: sections.turn_section(scenario_tables.turn_table(run.df))),
+    Entry(lambda run: sections.client_watch_section(run.manifest)),
+    Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
+          when=lambda run: run.run_dir is not None),
+    # the report's own, after the summary
+    Entry(lambda run: summary.single_details(run.tables), report_only=True),
+    Entry(lambda run: summary.concurrency_details(run.tables), report_only=True),
+    Entry(lambda run: sections.by_length(free_running.by_length_table(run.df)), report_only=True),
+    Entry(_prefill, report_only=True, when=lambda run: not run.long_context),
+    Entry(lambda run: locust_csv.sections(run.locust), report_only=True, when=lambda run: run.locust is not None),
+]
+
+
+def build_sections(run: RunData, report: bool = False) -> list[Section]:
+    """The summary's sections of the run in order, and with `report` the report's own after them."""
+    found: list[Section] = []
+    for entry in CONTENTS:
+        if (report or not entry.report_only) and entry.when(run):
+            built = entry.build(run)
+            found += built if isinstance(built, list) else [built]
+    return found

@@ -1,0 +1,29 @@
+"""Goodput's targets, defined once: a request counts towards goodput when it succeeded, its TTFT
+is at most `ttft_s` and its decode at least `decode_tps` (`formulas.meets_slo`).
+
+The summary, the report, compare and the web UI all take their defaults from `DEFAULT_SLO`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class GoodputSlo:
+    """Goodput targets: a request counts when it meets both."""
+
+    ttft_s: float = 2.0
+    decode_tps: float = 20.0
+
+
+DEFAULT_SLO = GoodputSlo()
+
+
+def goodput_slo(manifest: Mapping[str, Any], ttft_s: float | None = None,
+                decode_tps: float | None = None) -> GoodputSlo:
+    """The given targets, else the profile's `[slo]` as the manifest recorded it, else the defaults."""
+    profile = (manifest.get("profile") or {}).get("slo") or {}
+    return GoodputSlo(ttft_s or profile.get("ttft_s") or DEFAULT_SLO.ttft_s,
+                      decode_tps or profile.get("decode_tps") or DEFAULT_SLO.decode_tps)
