@@ -21,6 +21,7 @@ from analysis.panorama import panorama
 from analysis.plot import plot
 from analysis.report import run_report
 from analysis.rundir import Run, RunDirError, load_run
+from loadlib.figures.goodput import DEFAULT_SLO
 
 USAGE_ERROR = 2
 
@@ -90,9 +91,11 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
 
 def _add_slo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-ttft", type=float, default=None, metavar="S",
-                        help="goodput: TTFT at most S seconds (default: the run profile's, else 2)")
+                        help=f"goodput: TTFT at most S seconds (default: the run profile's, else "
+                             f"{DEFAULT_SLO.ttft_s:g})")
     parser.add_argument("--slo-decode", type=float, default=None, metavar="TPS",
-                        help="goodput: decode at least TPS tokens/s (default: the run profile's, else 20)")
+                        help=f"goodput: decode at least TPS tokens/s (default: the run profile's, else "
+                             f"{DEFAULT_SLO.decode_tps:g})")
 
 
 if __name__ == "__main__":

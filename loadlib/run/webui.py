@@ -6,8 +6,9 @@ Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab ca
 table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
 
 Every figure comes from the tables the post-processor renders (`loadlib.figures`: the protocol's
-tables, TTFT percentiles, failures, prefill/cache, steady-state and timeline tables) applied to the records that the run's session holds; on a master those are every
-worker's records. The report is the end-of-run summary's own `analysis.render_summary`.
+tables, TTFT percentiles, failures, prefill/cache, steady-state and timeline tables) applied to
+the records that the run's session holds; on a master those are every worker's records. The
+report is the end-of-run summary's own `analysis.render_summary`.
 """
 
 from __future__ import annotations
