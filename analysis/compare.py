@@ -16,6 +16,7 @@ import pandas as pd
 from analysis import locust_csv, text
 from analysis.document import Document, Section, flatten
 from analysis.rundir import Run
+from loadlib.figures import across_runs
 from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.protocol_tables import scenario_order
@@ -60,15 +61,7 @@ def settings(runs: list[Run]) -> Section:
 
 def comparison(figures: pd.DataFrame, labels: list[str]) -> Section:
     """One row a figure, one column a run: value, range, % against the first run, noise marker."""
-    first = figures[figures["run"] == labels[0]].set_index("figure")
-    base = figures["figure"].map(first["value"])
-    base_low, base_high = figures["figure"].map(first["low"]), figures["figure"].map(first["high"])
-    several_rounds = (figures["n"] >= 2) & (figures["figure"].map(first["n"]) >= 2)
-    figures = figures.assign(
-        diff_pct=(figures["value"] - base) / base * 100,
-        beyond_noise=several_rounds & ((figures["low"] > base_high) | (figures["high"] < base_low)),
-    )
-    figures.loc[figures["run"] == labels[0], ["diff_pct", "beyond_noise"]] = [np.nan, False]
+    figures = across_runs.differences(figures, labels[0])
     cells = [_cell(row) for row in figures.itertuples(index=False)]
     order = list(dict.fromkeys(figures["figure"]))
     view = text.grid(figures.assign(cell=cells), "figure", "run", order, labels)
@@ -91,23 +84,8 @@ def _cell(row: Any) -> str:
 
 def determinism(runs: list[Run]) -> Section:
     """Per prompt: the output hash and completion tokens of each run, flagged where they differ."""
-    per_run = []
-    for run in runs:
-        ok = run.records[run.records["ok"] & run.records["output_sha"].notna()]
-        grouped = ok.assign(output=ok["output_sha"] + ":" + ok["completion_tokens"].astype(str)).groupby(
-            "scenario", sort=False, observed=True)
-        per_run.append(pd.DataFrame({
-            "run": run.label,
-            "outputs": grouped["output"].nunique(),
-            "output_sha": grouped["output_sha"].agg(lambda s: s.mode().iat[0]),
-            "completion_tokens": grouped["completion_tokens"].agg(lambda s: s.mode().iat[0]),
-            "hashes": grouped["output"].agg(frozenset),
-        }).rename_axis("scenario").reset_index())
-    data = pd.concat(per_run, ignore_index=True)
-    first = data[data["run"] == runs[0].label].set_index("scenario")["hashes"]
-    data["differs"] = [scenario not in first.index or hashes != first[scenario]
-                       for scenario, hashes in zip(data["scenario"], data["hashes"])]
-    data.loc[data["run"] == runs[0].label, "differs"] = False
+    data = across_runs.output_differences(pd.concat([_outputs(run) for run in runs], ignore_index=True),
+                                          runs[0].label)
     view_cells = [_output_cell(row, first_run=row.run == runs[0].label) for row in data.itertuples(index=False)]
     scenarios = sorted(data["scenario"].unique(), key=scenario_order)
     view = text.grid(data.assign(cell=view_cells), "scenario", "run", scenarios, [run.label for run in runs])
@@ -117,6 +95,12 @@ def determinism(runs: list[Run]) -> Section:
         "determinism", "Output determinism (temperature 0: the same prompt should give the same output "
         "hash and completion tokens on every run; where not, a speed difference is not only speed)",
         data.drop(columns="hashes"), view, keys=("scenario", "run"), left=("scenario", "verdict"))
+
+
+def _outputs(run: Run) -> pd.DataFrame:
+    table = across_runs.outputs_table(run.records)
+    table.insert(1, "run", run.label)
+    return table
 
 
 def _output_cell(row: Any, first_run: bool) -> str:
