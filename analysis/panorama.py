@@ -10,14 +10,13 @@ concurrency against the first run's (two instances at 8 streams against one at 4
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from analysis import locust_csv, text
 from analysis.document import Document, Section
 from analysis.rundir import Run
 from analysis.summary import CASE_LABELS, case_labels
-from loadlib.figures import protocol_tables
+from loadlib.figures import across_runs, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 
 REFERENCE_SCENARIO = "code"
@@ -36,7 +35,8 @@ def grid(tables: dict[str, ProtocolTables]) -> Section:
     kinds = {cell: kind for t in tables.values() for cell, kind in t.kinds.items()}
     long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long, kinds))]
     single = pd.DataFrame({"run": list(tables), "cell": protocol_tables.SINGLE_CASE, "concurrency": 1,
-                           "case": protocol_tables.SINGLE_CASE, "aggregate_tps": [_single_decode(t) for t in tables.values()],
+                           "case": protocol_tables.SINGLE_CASE,
+                           "aggregate_tps": [across_runs.single_decode(t, REFERENCE_SCENARIO) for t in tables.values()],
                            "column": f"1 stream {REFERENCE_SCENARIO}"})
     data = pd.concat([single, long[["run", "cell", "concurrency", "case", "aggregate_tps", "min", "max", "n",
                                     "column"]]], ignore_index=True)
@@ -50,37 +50,17 @@ def grid(tables: dict[str, ProtocolTables]) -> Section:
 
 def scaling(tables: dict[str, ProtocolTables]) -> Section:
     """Ratios of every run to the first, with the linear expectation beside them."""
-    labels = list(tables)
-    first = tables[labels[0]]
-    rows = []
-    for label in labels[1:]:
-        other = tables[label]
-        rows.append({"comparison": f"{label} vs {labels[0]}: 1 stream {REFERENCE_SCENARIO} decode",
-                     "ratio": _single_decode(other) / _single_decode(first), "linear": 1.0})
-        for case in protocol_tables.CONCURRENT_CASES:
-            top, top_first = _top(other.concurrent, case), _top(first.concurrent, case)
-            if top is None or top_first is None:
-                continue
-            rows.append({"comparison": f"{label} c{top[0]} vs {labels[0]} c{top_first[0]}: {CASE_LABELS[case]}",
-                         "ratio": top[1] / top_first[1], "linear": top[0] / top_first[0]})
-    data = pd.DataFrame(rows, columns=["comparison", "ratio", "linear"])
-    data["efficiency"] = data["ratio"] / data["linear"]
+    first = list(tables)[0]
+    found = across_runs.scaling(tables, REFERENCE_SCENARIO)
+    comparisons = [f"{run} vs {first}: 1 stream {REFERENCE_SCENARIO} decode" if pd.isna(case) else
+                   f"{run} c{n} vs {first} c{n_first}: {CASE_LABELS[case]}"
+                   for run, case, n, n_first in zip(found["run"], found["case"], found["concurrency"],
+                                                    found["reference_concurrency"])]
+    data = pd.DataFrame({"comparison": comparisons, "ratio": found["ratio"], "linear": found["linear"],
+                         "efficiency": found["efficiency"]}, columns=["comparison", "ratio", "linear", "efficiency"])
     view = pd.DataFrame({"comparison": data["comparison"], "ratio": [text.ratio(v) for v in data["ratio"]],
                          "linear would be": [text.ratio(v) for v in data["linear"]],
                          "of linear": [text.percent(v) for v in data["efficiency"]]})
     return Section("scaling", "Scaling against the first run (each run's highest concurrency against the "
                    "first run's; aggregate t/s, protocol definition)", data, view,
                    keys=("comparison",), left=("comparison",), optional=True)
-
-
-def _single_decode(tables: ProtocolTables) -> float:
-    return float(tables.single["decode_tps"].get(REFERENCE_SCENARIO, np.nan))
-
-
-def _top(concurrent: pd.DataFrame, case: str) -> tuple[int, float] | None:
-    """(N, aggregate) at the highest concurrency of `case` that has a figure."""
-    rows = concurrent[(concurrent["case"] == case) & concurrent["aggregate_tps"].notna()]
-    if rows.empty:
-        return None
-    top = rows.loc[rows["concurrency"].idxmax()]
-    return int(top["concurrency"]), float(top["aggregate_tps"])

@@ -1,11 +1,16 @@
 """Figures that set runs side by side: differences of their headline figures to a reference
-run, and whether the same prompt gave the same output on every run (temperature 0 should make it
-identical; where not, a speed difference is not only speed)."""
+run, whether the same prompt gave the same output on every run (temperature 0 should make it
+identical; where not, a speed difference is not only speed), and how throughput scales from one
+run (configuration) to another."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables
+
+SCALING_COLUMNS = ["run", "case", "concurrency", "reference_concurrency", "ratio", "linear", "efficiency"]
 
 
 def differences(figures: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -46,3 +51,41 @@ def output_differences(outputs: pd.DataFrame, reference: str) -> pd.DataFrame:
                                       for scenario, hashes in zip(outputs["scenario"], outputs["hashes"])])
     outputs.loc[outputs["run"] == reference, "differs"] = False
     return outputs
+
+
+def scaling(tables: dict[str, ProtocolTables], reference_scenario: str) -> pd.DataFrame:
+    """Each run against the first (`tables` in run order): the ratio of their single-stream decode
+    of `reference_scenario` (case None, linear 1), then per concurrent case the ratio of their
+    aggregate t/s at each one's highest concurrency with a figure, beside the linear expectation
+    (the ratio of those concurrencies) and the share of it reached (`efficiency`)."""
+    labels = list(tables)
+    first = tables[labels[0]]
+    rows = []
+    for label in labels[1:]:
+        other = tables[label]
+        rows.append({"run": label, "case": None, "concurrency": 1, "reference_concurrency": 1,
+                     "ratio": single_decode(other, reference_scenario) / single_decode(first, reference_scenario),
+                     "linear": 1.0})
+        for case in CONCURRENT_CASES:
+            top, top_first = _top(other.concurrent, case), _top(first.concurrent, case)
+            if top is None or top_first is None:
+                continue
+            rows.append({"run": label, "case": case, "concurrency": top[0], "reference_concurrency": top_first[0],
+                         "ratio": top[1] / top_first[1], "linear": top[0] / top_first[0]})
+    table = pd.DataFrame(rows, columns=SCALING_COLUMNS)
+    table["efficiency"] = table["ratio"] / table["linear"]
+    return table
+
+
+def single_decode(tables: ProtocolTables, scenario: str) -> float:
+    """The run's single-stream decode t/s of `scenario` (NaN where it has none)."""
+    return float(tables.single["decode_tps"].get(scenario, np.nan))
+
+
+def _top(concurrent: pd.DataFrame, case: str) -> tuple[int, float] | None:
+    """(N, aggregate) at the highest concurrency of `case` that has a figure."""
+    rows = concurrent[(concurrent["case"] == case) & concurrent["aggregate_tps"].notna()]
+    if rows.empty:
+        return None
+    top = rows.loc[rows["concurrency"].idxmax()]
+    return int(top["concurrency"]), float(top["aggregate_tps"])
