@@ -34,11 +34,12 @@ class RunData:
     df: pd.DataFrame
     manifest: Mapping[str, Any]
     run_dir: Path | None = None
-    slo: GoodputSlo | None = None  # None: the profile's, else the defaults (`goodput_slo`)
+    targets: GoodputSlo | None = None  # None: the profile's, else the defaults (`goodput_slo`)
     locust: LocustCsv | None = None
 
-    def __post_init__(self) -> None:
-        self.slo = self.slo or goodput_slo(self.manifest)
+    @cached_property
+    def slo(self) -> GoodputSlo:
+        return self.targets or goodput_slo(self.manifest)
 
     @cached_property
     def tables(self) -> protocol_tables.ProtocolTables:
@@ -60,6 +61,8 @@ class RunData:
 
 @dataclass(frozen=True)
 class Entry:
+    """One place in the contents: what builds its section(s), and when they are shown."""
+
     build: Callable[[RunData], Section | list[Section]]
     report_only: bool = False
     when: Callable[[RunData], bool] = lambda run: True
