@@ -11,7 +11,8 @@ import pytest
 from loadlib.figures import free_running
 
 from loadlib.records import records_frame
-from loadlib.modes.timed import arrival_offsets, ladder_levels
+from loadlib.modes.ladder import ladder_levels
+from loadlib.modes.open_loop import arrival_offsets
 from tests.conftest import free_port
 from tests.profile_runs import max_in_flight, run_profile
 

@@ -1,6 +1,6 @@
 """Capacity search: whether a level held the SLO, and which level to try next.
 
-Pure (no Locust, no clock): `loadlib.modes.timed.SearchDriver` runs each level and brings its records
+Pure (no Locust, no clock): `loadlib.modes.search_driver.SearchDriver` runs each level and brings its records
 here; the result goes to the manifest, the summary, the report and the plot.
 
 A level is judged on its measured requests by the criteria the profile's `[slo]` sets (see
@@ -28,14 +28,16 @@ import math
 import warnings
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
+from loadlib.scenarios.base import level_cell_name
 
-from loadlib.profiles import Slo
+if TYPE_CHECKING:
+    from loadlib.profiles import Slo
 
 BOOTSTRAP = 1000  # resamples of a level's requests
 CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
@@ -177,8 +179,9 @@ class Level:
 
 def cell_name(variable: str, value: float, run: int = 1) -> str:
     """A level's cell: "search-u4", "search-12rps"; a level run again adds "-r2", "-r3"."""
-    name = f"search-u{int(value)}" if variable == "users" else f"search-{value:g}rps"
-    return name if run == 1 else f"{name}-r{run}"
+    if variable == "users":
+        return level_cell_name("search", users=int(value), run=run)
+    return level_cell_name("search", rate_rps=value, run=run)
 
 
 class Search:

@@ -23,11 +23,15 @@ import io
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import PositiveFloat, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
+from loadlib.modes.driver import LoadMode
+from loadlib.modes.timeline import timeline_driver
+from loadlib.scenarios.base import ANY, WARM, Cell, Job, Scenario, Send, level_cell_name
+from loadlib.scenarios.spec import Strict, beside_the_profile
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
 
 BLOCK_TOKENS = 512  # mooncake's hash block
@@ -115,7 +119,7 @@ class TracePrompts(Scenario):
     kind = "trace"
 
     def __init__(self, salt: str, params: dict[str, Any] | None = None) -> None:
-        super().__init__(params, "trace")
+        super().__init__(params, self.kind)
         self.salt = salt  # the same on every process of a run, new for every run
         self.calibration, self.filler = Calibration(), Filler()
         self._block_chars = round(BLOCK_TOKENS * DEFAULT_CHARS_PER_TOKEN)  # until `prepare` measures it
@@ -190,3 +194,43 @@ class TracePrompts(Scenario):
 
     def _chars(self, job: Job) -> int:
         return len(job.messages[0]["content"]) - len(self._unique(0)[0]["content"])
+
+
+class TraceLoad(Strict):
+    """A recorded trace replayed at its times (`loadlib.modes.trace`); `trace` is relative to the profile
+    file, read and checked when the profile is."""
+
+    mode: Literal["trace"]
+    trace: str
+    speedup: PositiveFloat = 1.0  # 2: twice as fast as recorded
+    _requests: list[TraceRequest] = PrivateAttr()
+
+    @field_validator("trace")
+    @classmethod
+    def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
+        return beside_the_profile(path, info)
+
+    @model_validator(mode="after")
+    def _load(self) -> "TraceLoad":
+        try:
+            self._requests = load_trace(Path(self.trace))
+        except TraceError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def requests(self) -> list[TraceRequest]:
+        return self._requests
+
+    @property
+    def duration_s(self) -> float:
+        """From the first request to the last, at `speedup`."""
+        return self._requests[-1].at_s / self.speedup
+
+
+def trace_cells(load: TraceLoad, users: int, mix: Scenario) -> list[Cell]:
+    """One cell; its last request is sent at the end of the cell's time, so one more second."""
+    return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s + 1.0)]
+
+
+TRACE = LoadMode(TraceLoad, timeline_driver, cells=trace_cells, sends_arrivals=lambda load: True)

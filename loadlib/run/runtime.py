@@ -32,7 +32,7 @@ from loadlib.run.selfwatch import SelfWatch
 
 RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
 RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test
-LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.timed.Span), as it is chosen
+LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.search_driver.Span), as it is chosen
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
 LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator

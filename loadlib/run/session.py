@@ -45,17 +45,15 @@ from loadlib.wire.connection import Endpoint
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import build_manifest, write_manifest
-from loadlib.modes.timed import SearchHooks, first_users
-from loadlib.modes.plan import build_scenarios, make_driver
+from loadlib.modes import Assignment, Driver, SearchHooks, first_users, make_driver
 from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
 from loadlib.profiles import Profile, ProfileError
-from loadlib.modes.rounds import Assignment, Driver
 from loadlib.records import RequestRecord, read_records
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
                                refuse_profile_settings, request_settings, run_profile, usage_error)
 from loadlib.run.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
                              RunSpec, WorkerSink, attach, dispatch_order, process_run)
-from loadlib.scenarios import COLD, Mix
+from loadlib.scenarios import COLD, Mix, build_scenarios
 from loadlib.run.selfwatch import SelfWatch
 from loadlib.run.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
                            profile_user_classes)

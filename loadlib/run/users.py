@@ -35,17 +35,18 @@ from locust.env import Environment
 from loadlib.figures import formulas, protocol_tables
 from loadlib.truth.cache import observed_state
 from loadlib.wire.client import ChatClient, RequestTag, chat_body
-from loadlib.modes.timed import (ERROR_PAUSE_S, SEARCH, WARMUP, CellSource, LevelSchedule, Span, Timeline, arrival_offsets,
-                           first_users, free_running_cells)
+from loadlib.modes import MODES, Assignment, first_users
+from loadlib.modes.open_loop import arrival_offsets
+from loadlib.modes.search_driver import SEARCH, LevelSchedule, Span
+from loadlib.modes.timeline import ERROR_PAUSE_S, CellSource, Timeline, free_running_cells
+from loadlib.modes.trace import TRACE, TracePrompts, TraceRequest
 from loadlib.profiles import Profile
-from loadlib.modes.rounds import Assignment
 from loadlib.records import RequestRecord
 from loadlib.run.runtime import ProcessRun, RunSpec, process_run
-from loadlib.scenarios import Cell, Job, Mix, Scenario
-from loadlib.modes.trace import TracePrompts, TraceRequest
+from loadlib.scenarios import Cell, Job, Mix, Scenario, build_scenarios
+from loadlib.scenarios.base import WARMUP
 
-TRACE = "trace"
-FREE_RUNNING_MODES = ("closed", "ladder", "open", SEARCH, TRACE)
+FREE_RUNNING_MODES = tuple(name for name, mode in MODES.items() if mode.free_running)
 CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users
 REQUEST_TYPE = "POST"
 _local_users = itertools.count()  # users of this process, in spawn order
@@ -213,8 +214,6 @@ class ScenarioUser(LLMUser):
     def build_scenario(cls, profile: Profile | None) -> Scenario:
         """The class's scenario, from the run's profile when it has this class's table, else from
         the class's own options (validated as a profile table would be)."""
-        from loadlib.modes.plan import build_scenarios
-
         name = cls.scenario_name or cls.kind
         if profile is None or name not in profile.scenarios:
             profile = Profile.model_validate({"scenarios": {name: {"kind": cls.kind, **cls.options}}})
@@ -254,7 +253,8 @@ class ScenarioUser(LLMUser):
 def _streams_of(cell: Cell) -> int:
     """How many streams a cell runs: a ladder or search level (its warm-up too) its own; closed
     cells as many as are spawned (the web UI's Edit may change that)."""
-    return cell.concurrency if cell.case in ("ladder", SEARCH) else 1 << 30
+    mode = MODES.get(cell.case)
+    return cell.concurrency if mode is not None and mode.levelled else 1 << 30
 
 
 class RadixHitUser(ScenarioUser):
@@ -305,7 +305,7 @@ class VisionUser(ScenarioUser):
 def profile_user_classes(profile: Profile) -> list[type[User]]:
     """The user classes a profile runs: one `ScenarioUser` per scenario with the scenario's weight
     (closed, ladder, users search), or the arrival slots of the open mode and the rate search."""
-    if profile.load.mode in ("open", TRACE) or getattr(profile.load, "variable", None) == "rate":
+    if MODES[profile.load.mode].sends_arrivals(profile.load):
         return [ArrivalUser]
     return [type(name, (ScenarioUser,), {"abstract": False, "kind": spec.kind, "scenario_name": name,
                                           "weight": spec.weight, "__module__": __name__})
@@ -316,20 +316,19 @@ def begin_test(run: ProcessRun, spec: RunSpec) -> None:
     """A test starts on this process: the spec, and for a free-running mode its profile, its
     scenarios' mix and its cells on the wall clock (the same on every process: a fixed timeline,
     or the search's schedule that `announce_level` fills)."""
-    from loadlib.modes.plan import build_scenarios
-
     run.start(spec)
     if spec.profile is not None and spec.mode in FREE_RUNNING_MODES:
         profile = Profile.model_validate(spec.profile)
-        mix = TracePrompts(salt=f"{spec.started_at:.6f}") if spec.mode == TRACE else Mix(build_scenarios(profile),
-                                                                                           profile.seed)
+        mix = TracePrompts(salt=f"{spec.started_at:.6f}") if spec.mode == TRACE.name else Mix(build_scenarios(profile),
+                                                                                                profile.seed)
         run.state["profile"] = profile
         run.state["mix"] = mix
-        if spec.mode == SEARCH:
+        if spec.mode == SEARCH.name:
             run.state["timeline"] = LevelSchedule(spec.started_at, first_users(profile, spec.users))
             run.state["arrivals"] = Queue()  # fed level by level
         else:
-            run.state["timeline"] = Timeline(tuple(free_running_cells(profile, spec.users, mix)), spec.started_at)
+            cells = free_running_cells(MODES[spec.mode], profile.load, spec.users, mix)
+            run.state["timeline"] = Timeline(tuple(cells), spec.started_at)
 
 
 def announce_level(run: ProcessRun, message: dict[str, Any]) -> None:
@@ -390,7 +389,7 @@ def _feed_arrivals(run: ProcessRun, queue: Queue) -> None:
     profile: Profile = run.state["profile"]
     timeline: Timeline = run.state["timeline"]
     load = profile.load
-    if load.mode == TRACE:
+    if load.mode == TRACE.name:
         _feed_trace(run, queue, timeline.started_at, load.requests, load.speedup, timeline.cells[-1])
     else:
         _feed(run, queue, timeline.started_at, timeline.ends_at, load.rate_rps, random.Random(profile.seed),

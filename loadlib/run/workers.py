@@ -16,7 +16,7 @@ from typing import Any, Callable
 import gevent
 from locust.runners import STATE_MISSING, MasterRunner
 
-from loadlib.modes.rounds import Assignment
+from loadlib.modes import Assignment
 from loadlib.records import RequestRecord
 
 log = logging.getLogger("uni-bench")

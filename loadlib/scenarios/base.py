@@ -62,8 +62,8 @@ class Scenario:
         """Its cells in the rounds mode: N = 1 is a single-stream cell, larger N start N streams
         together (case "same" when they all send one prompt, else "different")."""
         case = "same" if self.same_prompt else "different"
-        return [Cell("single", "single", self, 1, rounds) if n == 1 else
-                Cell(f"c{n}-{self.name}", case, self, n, rounds) for n in concurrency]
+        return [Cell(SINGLE, SINGLE, self, 1, rounds) if n == 1 else
+                Cell(round_cell_name(n, self.name), case, self, n, rounds) for n in concurrency]
 
     def _job(self, scenario: str, messages: list[dict[str, Any]], cache: str | None = None,
              turn: int | None = None, **params: Any) -> Job:
@@ -100,3 +100,20 @@ class Cell:
     def prompts(self) -> tuple[str, ...]:
         """The scenario label of each stream (for the protocol's cells, its prompt names)."""
         return tuple(self.scenario.label(stream) for stream in range(self.concurrency))
+
+
+SINGLE = "single"  # the protocol's single-stream cell (and its case)
+WARMUP = "warmup"  # a free-running mode's unmeasured cell before the measured ones
+
+
+def round_cell_name(concurrency: int, what: str) -> str:
+    """A rounds cell of `concurrency` streams together: "c4-same", "c8-distinct-issues"."""
+    return f"c{concurrency}-{what}"
+
+
+def level_cell_name(mode: str, users: int | None = None, rate_rps: float | None = None, run: int = 1) -> str:
+    """A free-running cell: the mode alone ("closed", "trace"), at a number of users ("ladder-u4",
+    "search-u4") or at a rate ("open-2rps", "search-12rps"); a level run again adds "-r2", "-r3"."""
+    name = mode if users is None else f"{mode}-u{users}"
+    name = name if rate_rps is None else f"{name}-{rate_rps:g}rps"
+    return name if run == 1 else f"{name}-r{run}"

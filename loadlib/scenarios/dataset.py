@@ -27,14 +27,17 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
+from pydantic import PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from loadlib.scenarios.base import ANY, Job, Scenario, Send
 from loadlib.scenarios.corpus import Conversation
 from loadlib.scenarios.longcontext import PROBE_TOKENS, Calibration
 from loadlib.scenarios.multiturn import MultiTurn
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec, beside_the_profile
+
 
 log = logging.getLogger(__name__)
 
@@ -231,3 +234,34 @@ def dataset_scenario(dataset: Dataset, order: str = "file", seed: int = 0, reply
     if dataset.format == "openai":
         return DatasetRequests(dataset, order, seed, params, name)
     return DatasetConversations(dataset, order, seed, reply_length, params, name)
+
+
+class DatasetSpec(ScenarioSpec):
+    """The user's prompts from a file; `path` is relative to the profile file. The file is read
+    and checked when the profile is, so bad data stops the run before it starts."""
+
+    kind: Literal["dataset"]
+    path: str
+    order: Literal["file", "shuffle", "sample"] = "file"  # shuffle: with the profile's seed; sample: with replacement
+    reply_length: bool = False  # ShareGPT: a recorded reply's length (in server tokens) is the output length
+    _dataset: Dataset = PrivateAttr()
+
+    @field_validator("path")
+    @classmethod
+    def _beside_the_profile(cls, path: str, info: ValidationInfo) -> str:
+        return beside_the_profile(path, info)
+
+    @model_validator(mode="after")
+    def _load(self) -> "DatasetSpec":
+        self._dataset = load_dataset(Path(self.path))
+        if self.reply_length and not self._dataset.has_replies:
+            raise ValueError(f"reply_length: {self.path} has no recorded replies ({self._dataset.format})")
+        return self
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+
+DATASET = ScenarioKind(DatasetSpec, lambda spec, name, seed, params: [
+    (dataset_scenario(spec.dataset, spec.order, seed, spec.reply_length, params, name), spec.weight)])

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from loadlib.scenarios.base import Job, Scenario
 from loadlib.scenarios.corpus import WorkItem, work_items
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
 
 class ItemCycle:
@@ -49,3 +50,12 @@ class DistinctIssues(Scenario):
 
     def next(self, stream: int) -> Job:
         return self._job(self.name, [{"role": "user", "content": item_prompt(*self.cycle.take())}])
+
+
+class DistinctIssuesSpec(ScenarioSpec):
+    kind: Literal["distinct-issues"]
+    cache: Literal["cold", "any"] = "any"
+
+
+DISTINCT_ISSUES = ScenarioKind(DistinctIssuesSpec, lambda spec, name, seed, params: [
+    (DistinctIssues(seed, params, spec.cache, name), spec.weight)])

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import Any
+from typing import Any, Literal
 
-from loadlib.scenarios.base import COLD, Cell, Job, Scenario, Send
+from pydantic import Field, PositiveInt, field_validator
+
+from loadlib.scenarios.base import COLD, SINGLE, Cell, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_items
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+
 
 HEADER = "Below are lines sampled from our issue tracker, logs and code reviews, in no particular order.\n\n"
 QUESTION = ("\n\n---\nWhich components and failure modes come up most often in these lines? "
@@ -110,7 +114,7 @@ class LongContext(Scenario):
 
     def round_cells(self, concurrency: list[int], rounds: int) -> list[Cell]:
         """One single-stream cell per size: concurrent streams would wait for each other's prefill."""
-        return [Cell(f"prefill-{self.label}", "single", self, 1, rounds)]
+        return [Cell(f"prefill-{self.label}", SINGLE, self, 1, rounds)]
 
     def prepare(self, send: Send) -> None:
         calibration = self.calibration
@@ -132,3 +136,29 @@ class LongContext(Scenario):
     def _messages(self, chars: int) -> list[dict[str, Any]]:
         nonce = f"[{uuid.uuid4().hex}]\n"
         return [{"role": "user", "content": nonce + HEADER + self.filler.take(chars) + QUESTION}]
+
+
+DEFAULT_SIZES = [3000, 14000, 57000, 116000, 234000]
+
+
+class LongContextSpec(ScenarioSpec):
+    kind: Literal["long-context"]
+    sizes: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_SIZES), min_length=1)
+
+    @field_validator("sizes")
+    @classmethod
+    def _distinct(cls, sizes: list[int]) -> list[int]:
+        if len(set(sizes)) != len(sizes):
+            raise ValueError("sizes must be distinct")
+        return sizes
+
+
+def long_context_scenarios(spec: LongContextSpec, name: str, seed: int, params: dict[str, Any]) -> list[
+        tuple[Scenario, float]]:
+    """One scenario per size, sharing the table's weight and one calibration."""
+    calibration, filler = Calibration(), Filler()
+    return [(LongContext(size, calibration, filler, params, name), spec.weight / len(spec.sizes))
+            for size in spec.sizes]
+
+
+LONG_CONTEXT = ScenarioKind(LongContextSpec, long_context_scenarios)

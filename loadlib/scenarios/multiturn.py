@@ -11,10 +11,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import PositiveInt
 
 from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.corpus import Conversation, conversations
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
 
 @dataclass
@@ -56,3 +59,12 @@ class MultiTurn(Scenario):
     def prepare(self, send: Send) -> None:
         """Every cell starts new conversations on its streams."""
         self._streams.clear()
+
+
+class MultiTurnSpec(ScenarioSpec):
+    kind: Literal["multi-turn"]
+    turns: PositiveInt = 4
+
+
+MULTI_TURN = ScenarioKind(MultiTurnSpec, lambda spec, name, seed, params: [
+    (MultiTurn(spec.turns, params, name), spec.weight)])

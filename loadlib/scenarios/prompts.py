@@ -7,10 +7,13 @@ prompt" and "different prompts" cells); a free-running mode cycles through the p
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
 
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SAME_PROMPT, SINGLE_STREAM_SCENARIOS, different_prompts
-from loadlib.scenarios.base import Cell, Job, Scenario
+from loadlib.scenarios.base import SINGLE, Cell, Job, Scenario, round_cell_name
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
 
 class PromptSet(Scenario):
@@ -51,13 +54,31 @@ class ProtocolScenario(Scenario):
     def round_cells(self, concurrency: list[int], rounds: int) -> list[Cell]:
         """The thread's order: single stream per scenario, then per N the same and different
         cells (N = 1 in `concurrency` is covered by the single-stream cells)."""
-        cells = [Cell("single", "single", self._prompts((name,)), 1, rounds) for name in self.single]
+        cells = [Cell(SINGLE, SINGLE, self._prompts((name,)), 1, rounds) for name in self.single]
         for n in concurrency:
             if n > 1:
-                cells.append(Cell(f"c{n}-same", "same", self._prompts((SAME_PROMPT,) * n), n, rounds))
-                cells.append(Cell(f"c{n}-different", "different",
+                cells.append(Cell(round_cell_name(n, "same"), "same", self._prompts((SAME_PROMPT,) * n), n, rounds))
+                cells.append(Cell(round_cell_name(n, "different"), "different",
                                   self._prompts(tuple(different_prompts(n))), n, rounds))
         return cells
 
     def _prompts(self, names: tuple[str, ...]) -> PromptSet:
         return PromptSet(names, self.params, self.cache)
+
+
+class ProtocolSpec(ScenarioSpec):
+    kind: Literal["protocol"]
+    single: list[str] = Field(default_factory=lambda: list(SINGLE_STREAM_SCENARIOS))
+    cache: Literal["cold", "any"] = "any"
+
+    @field_validator("single")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        unknown = [name for name in names if name not in PROTOCOL_PROMPTS]
+        if unknown:
+            raise ValueError(f"unknown prompt {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
+        return names
+
+
+PROTOCOL = ScenarioKind(ProtocolSpec, lambda spec, name, seed, params: [
+    (ProtocolScenario(spec.single, params, spec.cache), spec.weight)])

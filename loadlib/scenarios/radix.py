@@ -3,12 +3,16 @@ the server's radix cache before anything is measured (the protocol's ideal upper
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_validator
 
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_item
 from loadlib.scenarios.issues import item_prompt
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+
 
 DEFAULT_PROMPT = "03-logs-kv-cache-oom-under-burst"
 PRIME_TOKENS = 8
@@ -42,3 +46,20 @@ class RadixHit(Scenario):
     def prepare(self, send: Send) -> None:
         if self.prime:  # the prompt is what gets cached, so a few output tokens are enough
             send([Job(self.name, self.messages, {**self.params, "max_tokens": PRIME_TOKENS}, WARM)], "prime")
+
+
+class RadixHitSpec(ScenarioSpec):
+    kind: Literal["radix-hit"]
+    prompt: str = DEFAULT_PROMPT  # a protocol prompt name or a shipped work item id
+    prime: bool = True
+
+    @field_validator("prompt")
+    @classmethod
+    def _exists(cls, name: str) -> str:
+        if prompt_text(name) is None:
+            raise ValueError(f"unknown prompt {name!r} (a protocol prompt name or a work item id)")
+        return name
+
+
+RADIX_HIT = ScenarioKind(RadixHitSpec, lambda spec, name, seed, params: [
+    (RadixHit(spec.prompt, spec.prime, params, name), spec.weight)])

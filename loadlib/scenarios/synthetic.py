@@ -19,10 +19,13 @@ import random
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      ValidationInfo, field_validator, model_validator)
 
 from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+
 
 ASK = "\n\nSummarise the lines above."
 LEARN_PROMPTS = 64  # answers that refine the calibration (its samples are sorted per request)
@@ -149,3 +152,30 @@ class Synthetic(Scenario):
     def _head(self, group: int) -> str:
         """What starts a group's prefix (one width for every group)."""
         return f"Context {self._run}-{group:03d}\n"
+
+
+class SyntheticSpec(ScenarioSpec):
+    kind: Literal["synthetic"]
+    input_tokens: Lengths  # the prompt beyond the shared prefix, in server tokens
+    output_tokens: Lengths  # forced with max_tokens and ignore_eos
+    prefix_tokens: NonNegativeInt = 0
+    prefix_groups: int = Field(1, ge=1, le=1000)
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _not_here(cls, max_tokens: int | None) -> int | None:
+        if max_tokens is not None:
+            raise ValueError("the output length is output_tokens here")
+        return max_tokens
+
+    @field_validator("prefix_groups")
+    @classmethod
+    def _groups_need_a_prefix(cls, groups: int, info: ValidationInfo) -> int:
+        if groups > 1 and not info.data.get("prefix_tokens"):
+            raise ValueError("groups of what? set prefix_tokens too")
+        return groups
+
+
+SYNTHETIC = ScenarioKind(SyntheticSpec, lambda spec, name, seed, params: [
+    (Synthetic(spec.input_tokens, spec.output_tokens, spec.prefix_tokens, spec.prefix_groups, seed, params, name),
+     spec.weight)])

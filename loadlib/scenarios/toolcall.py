@@ -7,11 +7,13 @@ real bot; after them each request has its own ticket number and work item.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from loadlib.scenarios.base import Job, Scenario
 from loadlib.scenarios.corpus import tools
 from loadlib.scenarios.issues import ItemCycle
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+
 
 SYSTEM = ("You are the triage bot of a busy open-source repository. For every report, investigate "
           "with the tools and act: search the code, read the relevant files, label the report and "
@@ -34,3 +36,13 @@ class ToolCall(Scenario):
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": f"New report, ticket {ticket}:\n\n{item.text}"}]
         return self._job(self.name, messages, tools=list(tools()), tool_choice=self.tool_choice)
+
+
+class ToolCallSpec(ScenarioSpec):
+    kind: Literal["tool-call"]
+    tool_choice: Literal["auto", "required"] = "auto"
+    cache: Literal["cold", "any"] = "any"
+
+
+TOOL_CALL = ScenarioKind(ToolCallSpec, lambda spec, name, seed, params: [
+    (ToolCall(spec.tool_choice, seed, params, spec.cache, name), spec.weight)])

@@ -4,10 +4,14 @@ still work with image input)."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from loadlib.scenarios.base import Job, Scenario
 from loadlib.scenarios.png import bar_chart_png, data_url
+from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+
 
 QUESTIONS = (
     "Describe this chart: how many bars are there, what colour is each, and which one is tallest?",
@@ -31,3 +35,13 @@ class Vision(Scenario):
         content = [{"type": "text", "text": next(self._questions)},
                    {"type": "image_url", "image_url": {"url": self.image_url}}]
         return self._job(self.name, [{"role": "user", "content": content}])
+
+
+class VisionSpec(ScenarioSpec):
+    kind: Literal["vision"]
+    image_px: int = Field(64, ge=8, le=1024)
+    cache: Literal["cold", "any"] = "any"
+
+
+VISION = ScenarioKind(VisionSpec, lambda spec, name, seed, params: [
+    (Vision(spec.image_px, params, spec.cache, name), spec.weight)])
