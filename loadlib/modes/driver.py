@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, Callable, get_args
 
 import gevent
 from gevent.event import Event
-from locust.event import EventHook
 
 from loadlib.wire.client import RequestTag
 from loadlib.scenarios import ANY, Cell, Job, Scenario
 
 if TYPE_CHECKING:
+    from locust.event import EventHook
+
     from loadlib.modes.search_driver import SearchHooks
     from loadlib.profiles import Profile
 
@@ -75,7 +76,11 @@ class Driver:
         self.flush = flush
         self.lead_time_s = lead_time_s
         self.request_timeout_s = request_timeout_s
-        self.cell_events = cell_events or EventHook()  # fired with cell=, phase="start"|"end"
+        if cell_events is None:  # imported here: importing Locust patches the process, which the
+            from locust.event import EventHook  # post-processor (importing the search's judging) must not
+
+            cell_events = EventHook()
+        self.cell_events = cell_events  # fired with cell=, phase="start"|"end"
         self.finished = Event()
         self.phase: dict[str, Any] = {}
         self.flushes: Counter[str] = Counter()  # outcome -> count, for the manifest
