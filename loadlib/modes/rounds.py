@@ -15,6 +15,7 @@ from pydantic import Field, PositiveInt
 
 from loadlib.modes.driver import Assignment, BodyBuilder, Driver, DriverInputs, LoadMode
 from loadlib.scenarios import COLD, Cell, build_scenarios
+from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
 
 
@@ -49,7 +50,7 @@ class Conductor(Driver):
         jobs = [cell.scenario.next(slot) for slot in range(cell.concurrency)]
         self.phase = {"state": "running", "cell": cell.name, "case": cell.case,
                       "concurrency": cell.concurrency, "round": index, "rounds": cell.rounds,
-                      "scenario": jobs[0].scenario if cell.case == "single" else None}
+                      "scenario": jobs[0].scenario if cell.case == SINGLE else None}
         self.play_batch([self.assign(job, cell, start_at, slot, index) for slot, job in enumerate(jobs)],
                         f"{cell.name} round {index}")
 
