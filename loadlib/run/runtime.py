@@ -42,7 +42,7 @@ LIVE_S = 1.0  # how often the running figures of streams in flight go to the coo
 class RunSpec:
     """What the coordinator announces at each test start, the same for every process."""
 
-    mode: str  # "rounds" | "closed" | "ladder" | "open" | "search" | "locust" (the locustfile's own users)
+    mode: str  # a key of loadlib.modes.MODES, or "locust" (the locustfile's own users)
     model: str
     max_tokens: int  # the run's request defaults (a profile's [request] included)
     thinking: Any
