@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import forward_rate
+from loadlib.scenarios.base import round_cell_name
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
 PERCENTILES = (0.5, 0.9, 0.99)
@@ -296,12 +297,12 @@ def cell_order(df: pd.DataFrame) -> list[str]:
 
 def cell_kinds(df: pd.DataFrame) -> dict[str, str]:
     """Per concurrency cell, the kind of cell it is: its case ("same", "different") for the
-    protocol's own cells (named `c{N}-{case}` by `loadlib.scenarios.prompts`), else the scenario
+    protocol's own cells (named by `round_cell_name(N, case)`), else the scenario
     its streams sent (a profile's kind, e.g. `distinct-issues`), else, for a cell of several
     scenarios, the cell itself. Cells of one kind at several N make one series."""
     conc = df.loc[df["case"].isin(CONCURRENT_CASES), ["cell", "case", "concurrency", "scenario"]]
     cells = conc.groupby("cell", sort=False, observed=True).agg(
         case=("case", "first"), concurrency=("concurrency", "first"), scenario=("scenario", "first"),
         scenarios=("scenario", "nunique"))
-    return {str(cell): str(row.case if cell == f"c{row.concurrency}-{row.case}" else
+    return {str(cell): str(row.case if cell == round_cell_name(row.concurrency, row.case) else
                            row.scenario if row.scenarios == 1 else cell) for cell, row in cells.iterrows()}
