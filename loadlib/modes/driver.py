@@ -216,7 +216,8 @@ class LoadMode:
     `cells(load, users, mix)`: the measured cells of a mode with a fixed timeline (None: none);
     `first_users(load, users)`: the users spawned before its first cell; `sends_arrivals(load)`:
     requests come from an arrival schedule (open loop), not from users as fast as they go;
-    `levelled`: a cell's concurrency caps its streams (a user above the level idles).
+    `levelled`: a cell's concurrency caps its streams (a user above the level idles);
+    `fixed_streams`: why the web UI's Edit cannot change its streams (empty: Edit changes them).
     """
 
     schema: type
@@ -226,6 +227,7 @@ class LoadMode:
     first_users: Callable[[Any, int], int] = all_users
     sends_arrivals: Callable[[Any], bool] = lambda load: False
     levelled: bool = False
+    fixed_streams: str = ""
 
     @property
     def name(self) -> str:

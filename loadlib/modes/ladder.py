@@ -46,4 +46,5 @@ def ladder_cells(load: LadderLoad, users: int, mix: Scenario) -> list[Cell]:
 
 
 LADDER = LoadMode(LadderLoad, timeline_driver, cells=ladder_cells, levelled=True,
+                  fixed_streams="the ladder steps its own levels; set `levels` in the profile",
                   first_users=lambda load, users: ladder_levels(users, load.levels)[0])

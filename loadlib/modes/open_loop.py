@@ -42,4 +42,5 @@ def open_cells(load: OpenLoad, users: int, mix: Scenario) -> list[Cell]:
                  duration_s=load.duration_s)]
 
 
-OPEN = LoadMode(OpenLoad, timeline_driver, cells=open_cells, sends_arrivals=lambda load: True)
+OPEN = LoadMode(OpenLoad, timeline_driver, cells=open_cells, sends_arrivals=lambda load: True,
+                fixed_streams="arrivals follow the profile's rate, not a number of streams")

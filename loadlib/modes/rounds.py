@@ -64,4 +64,5 @@ def rounds_driver(run: DriverInputs) -> Conductor:
     return Conductor(plan, users=run.users, **run.common)
 
 
-ROUNDS = LoadMode(RoundsLoad, rounds_driver, free_running=False)
+ROUNDS = LoadMode(RoundsLoad, rounds_driver, free_running=False,
+                  fixed_streams="each cell starts its N streams together, round after round")

@@ -214,5 +214,6 @@ def search_first_users(load: SearchLoad, users: int) -> int:
 
 
 SEARCH = LoadMode(SearchLoad, search_driver, first_users=search_first_users, levelled=True,
+                  fixed_streams="the search chooses each level from the verdicts so far",
                   sends_arrivals=lambda load: load.variable == "rate")
 CASE = SEARCH.name  # the case of its cells, and its key in the manifest

@@ -233,4 +233,5 @@ def trace_cells(load: TraceLoad, users: int, mix: Scenario) -> list[Cell]:
     return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s + 1.0)]
 
 
-TRACE = LoadMode(TraceLoad, timeline_driver, cells=trace_cells, sends_arrivals=lambda load: True)
+TRACE = LoadMode(TraceLoad, timeline_driver, cells=trace_cells, sends_arrivals=lambda load: True,
+                 fixed_streams="the trace's timestamps send its requests, not a number of streams")

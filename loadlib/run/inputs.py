@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadlib.modes.rounds import ROUNDS
 from loadlib.run import options
 from loadlib.wire.client import ChatSettings
 from loadlib.profiles import Profile, ProfileError, load_profile
@@ -28,11 +29,11 @@ def run_profile(opts: Any) -> Profile:
             raise ProfileError(f"--scenarios: unknown scenario {unknown[0]!r} (known: {', '.join(PROTOCOL_PROMPTS)})")
         return Profile.model_validate({
             "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
-            "load": {"mode": "rounds", "rounds": opts.rounds, "concurrency": opts.concurrency},
+            "load": {"mode": ROUNDS.name, "rounds": opts.rounds, "concurrency": opts.concurrency},
             "scenarios": {"protocol": {"single": opts.scenarios}}})
     profile = load_profile(opts.profile)
     opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
-    if profile.load.mode == "rounds":
+    if profile.load.mode == ROUNDS.name:
         opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
     opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
     return profile

@@ -45,6 +45,8 @@ from loadlib.wire.connection import Endpoint
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import build_manifest, write_manifest
+from loadlib.modes.rounds import ROUNDS
+from loadlib.modes.trace import TRACE
 from loadlib.modes import Assignment, Driver, SearchHooks, first_users, make_driver
 from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
 from loadlib.profiles import Profile, ProfileError
@@ -173,7 +175,7 @@ class RunSession:
                 return
         self._runs += 1
         self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self._default_label())
-        rounds = self.mode == "rounds"  # bounded by its plan: every record stays for the live tables
+        rounds = self.mode == ROUNDS.name  # bounded by its plan: every record stays for the live tables
         self.intake = RecordIntake(self.run_dir, None if rounds else LIVE_WINDOW, self._settle if rounds else None)
         self.in_flight_by_worker = {}
         self.live = LiveSeries()
@@ -213,7 +215,7 @@ class RunSession:
         self.manifest = build_manifest(opts, self.environment.host, model, builtin_simulator=self.simulator,
                                        plan=self.conductor.plan)
         self.manifest["protocol"]["mode"] = self.mode
-        if self.mode != "rounds":
+        if self.mode != ROUNDS.name:
             self.manifest["protocol"]["rounds"] = None  # free-running: durations, in the profile
         if self.plays_load_modes and opts.profile:
             self.manifest["profile"] = {"file": opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
@@ -236,7 +238,7 @@ class RunSession:
         """A trace's lines that ask for more than the model's context are skipped (every process
         leaves them out): how many, said once."""
         load = self.profile.load if self.profile is not None else None
-        if self.mode != "trace" or context_tokens is None:
+        if self.mode != TRACE.name or context_tokens is None:
             return None
         skipped = sum(1 for r in load.requests if r.input_tokens + r.output_tokens > context_tokens)
         if not skipped:

@@ -24,6 +24,7 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 from werkzeug.datastructures import ImmutableMultiDict
 
+from loadlib.modes import MODES
 from loadlib.run import options
 from loadlib.wire.connection import Endpoint
 from loadlib.profiles import ProfileError
@@ -118,9 +119,10 @@ def _checked_swarm(environment: Environment, session: Any, locust_view: Callable
 def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
     """Edit during a run of a load mode: a closed run's streams change; elsewhere, why not."""
     mode = session.mode
-    if mode != "closed":
+    fixed = MODES[mode].fixed_streams if mode in MODES else ""
+    if fixed:
         message = (f"Edit cannot change the streams of a {mode} run: its plan fixes them "
-                   f"({_why_fixed(mode)}). Stop it and start a new test instead.")
+                   f"({fixed}). Stop it and start a new test instead.")
         return jsonify({"success": False, "edit_refused": True, "message": message, "host": session.environment.host})
     try:
         users = int(request.form.get("user_count", ""))
@@ -130,12 +132,6 @@ def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
         return refuse(f"Number of users: must be at least 1, got {users}")
     session.edit_streams(users, float(request.form["spawn_rate"]) if request.form.get("spawn_rate") else None)
     return jsonify({"success": True, "message": f"Closed loop now runs {users} streams", "host": session.environment.host})
-
-
-def _why_fixed(mode: str) -> str:
-    return {"rounds": "each cell starts its N streams together, round after round",
-            "ladder": "the ladder steps its own levels; set `levels` in the profile",
-            "open": "arrivals follow the profile's rate, not a number of streams"}.get(mode, mode)
 
 
 def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | None) -> str | None:
