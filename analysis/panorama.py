@@ -18,6 +18,7 @@ from analysis.rundir import Run
 from analysis.summary import CASE_LABELS, case_labels
 from loadlib.figures import across_runs, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.scenarios.base import SINGLE
 
 REFERENCE_SCENARIO = "code"
 
@@ -34,8 +35,8 @@ def grid(tables: dict[str, ProtocolTables]) -> Section:
     long = pd.concat([t.concurrent.assign(run=label) for label, t in tables.items()], ignore_index=True)
     kinds = {cell: kind for t in tables.values() for cell, kind in t.kinds.items()}
     long["column"] = [f"{n} × {label}" for n, label in zip(long["concurrency"], case_labels(long, kinds))]
-    single = pd.DataFrame({"run": list(tables), "cell": protocol_tables.SINGLE_CASE, "concurrency": 1,
-                           "case": protocol_tables.SINGLE_CASE,
+    single = pd.DataFrame({"run": list(tables), "cell": SINGLE, "concurrency": 1,
+                           "case": SINGLE,
                            "aggregate_tps": [across_runs.single_decode(t, REFERENCE_SCENARIO) for t in tables.values()],
                            "column": f"1 stream {REFERENCE_SCENARIO}"})
     data = pd.concat([single, long[["run", "cell", "concurrency", "case", "aggregate_tps", "min", "max", "n",

@@ -17,12 +17,13 @@ from analysis.formats.json import rows
 from loadlib.figures import protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.records import THINKING_MODES, records_frame
+from loadlib.scenarios.base import SINGLE
 
 MAX_TOKENS_LISTED = 6  # more distinct max_tokens than this are shown as a range
 CASE_LABELS = {"same": "same prompt (radix hit)", "different": "different prompts"}
 SCENARIO_LABELS = {"code": "code generation", "en_tech": "English technical",
                    "cn_chat": "Chinese chat", "cn_essay": "Chinese essay"}
-PROTOCOL_CASES = (protocol_tables.SINGLE_CASE, *protocol_tables.CONCURRENT_CASES)
+PROTOCOL_CASES = (SINGLE, *protocol_tables.CONCURRENT_CASES)
 # issue 8's JSON schema (plus the cell, which tells apart two cells of one N and case)
 SINGLE_FIELDS = ["decode_tps", "decode_min", "decode_max", "ttft_s", "tok_per_chunk", "n"]
 CONCURRENT_FIELDS = ["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",

@@ -10,7 +10,8 @@ import pandas as pd
 
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO
-from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES, SINGLE_CASE
+from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
+from loadlib.scenarios.base import SINGLE
 
 MAX_LENGTH_BUCKETS = 8
 
@@ -57,7 +58,7 @@ def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
     depend on when it ran, and a bucket needs all the requests it can get). The edges
     (`length_edges`) are computed once per figure from all those requests, so the cells of a run
     share them. Empty buckets are left out; cells keep their order in the records."""
-    free = (df["ok"] & ~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES))).to_numpy()
+    free = (df["ok"] & ~df["case"].isin((SINGLE, *CONCURRENT_CASES))).to_numpy()
     codes, cells = pd.factorize(df["cell"])
     parts = []
     for figure, tokens in BY_LENGTH:
@@ -260,7 +261,7 @@ def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
     """Each free-running cell with its records, its first send (epoch s), its send and end times
     (s from that first send) and its steady window (`steady_window`): what the steady-state
     tables share, found once (a million records take a noticeable time to sort)."""
-    free = df.loc[~df["case"].isin((SINGLE_CASE, *CONCURRENT_CASES)), STEADY_INPUTS]
+    free = df.loc[~df["case"].isin((SINGLE, *CONCURRENT_CASES)), STEADY_INPUTS]
     cells = []
     for cell, group in free.groupby("cell", sort=False, observed=True):
         origin = float(group["sent_at"].min())

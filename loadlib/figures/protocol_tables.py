@@ -18,14 +18,13 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import forward_rate
-from loadlib.scenarios.base import round_cell_name
+from loadlib.scenarios.base import SINGLE, round_cell_name
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
 # The protocol's measurement cases; any other `case` is a free-running mode (steady-state figures).
-SINGLE_CASE = "single"
 
 
 CONCURRENT_CASES = ("same", "different")
@@ -100,7 +99,7 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
     `ttfo_s` (mean time to the first answer token after the reasoning) is NaN without thinking.
     `failed` counts the scenario's requests left out of every figure.
     """
-    single = df[df["case"] == SINGLE_CASE]
+    single = df[df["case"] == SINGLE]
     ok = single[single["ok"]]
     table = ok.groupby("scenario", sort=False, observed=True).agg(
         decode_tps=("decode_tps", "mean"),
@@ -286,7 +285,7 @@ def cell_order(df: pd.DataFrame) -> list[str]:
                                                                concurrency=("concurrency", "first"))
 
     def key(row: Any) -> tuple[int, int, int, str]:
-        if row.case == SINGLE_CASE:
+        if row.case == SINGLE:
             return (0, 0, 0, "")
         if row.case in CONCURRENT_CASES:
             return (1, int(row.concurrency), CONCURRENT_CASES.index(row.case), str(row.Index))

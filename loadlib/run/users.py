@@ -44,7 +44,7 @@ from loadlib.profiles import Profile
 from loadlib.records import RequestRecord
 from loadlib.run.runtime import ProcessRun, RunSpec, process_run
 from loadlib.scenarios import Cell, Job, Mix, Scenario, build_scenarios
-from loadlib.scenarios.base import WARMUP
+from loadlib.scenarios.base import SINGLE, WARMUP
 
 FREE_RUNNING_MODES = tuple(name for name, mode in MODES.items() if mode.free_running)
 CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users
@@ -166,7 +166,7 @@ def stats_name(case: str, cell: str, scenario: str) -> str:
     own requests, the cell for concurrency cells, "cell: scenario" for a free-running mix."""
     if case in protocol_tables.CONCURRENT_CASES:
         return cell
-    if case in (protocol_tables.SINGLE_CASE, CUSTOM_CASE):
+    if case in (SINGLE, CUSTOM_CASE):
         return scenario
     return f"{cell}: {scenario}"
 

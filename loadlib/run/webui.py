@@ -33,6 +33,7 @@ from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
 from loadlib.run import webform
 from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
+from loadlib.scenarios.base import SINGLE
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Slot:
 
     @property
     def label(self) -> str:
-        if self.case == protocol_tables.SINGLE_CASE:
+        if self.case == SINGLE:
             return f"1 stream · {SCENARIO_LABELS.get(self.scenario or '', self.scenario)}"
         if self.case in CASE_LABELS:
             return f"{self.concurrency} streams · {CASE_LABELS[self.case]}"
@@ -179,11 +180,11 @@ class LiveFigures:
 def _slots(plan: list[Any], frame: pd.DataFrame) -> list[Slot]:
     """The plan's rows in plan order, then any cell or scenario seen only in the records."""
     slots = [Slot(cell.name, cell.case, cell.concurrency,
-                  cell.prompts[0] if cell.case == protocol_tables.SINGLE_CASE else None, cell.rounds) for cell in plan]
+                  cell.prompts[0] if cell.case == SINGLE else None, cell.rounds) for cell in plan]
     known = {(slot.cell, slot.scenario) for slot in slots}
     seen = frame.drop_duplicates(["cell", "scenario"] if not frame.empty else [])
     for row in seen.itertuples():
-        scenario = row.scenario if row.case == protocol_tables.SINGLE_CASE else None
+        scenario = row.scenario if row.case == SINGLE else None
         if (row.cell, scenario) not in known:
             known.add((row.cell, scenario))
             slots.append(Slot(row.cell, row.case, int(row.concurrency), scenario, None))
@@ -197,7 +198,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     load mode's) gets the post-processor's steady-state figures.
     """
     tables = ProtocolTables.from_frame(frame)
-    single_frame = frame[frame["case"] == protocol_tables.SINGLE_CASE]
+    single_frame = frame[frame["case"] == SINGLE]
     ttft_by_scenario = protocol_tables.ttft_percentiles(single_frame, by="scenario")
     concurrent = tables.concurrent.set_index("cell")
     steady = free_running.steady_state_table(frame).set_index("cell")
@@ -208,7 +209,7 @@ def _slot_figures(frame: pd.DataFrame) -> Callable[[Slot], dict[str, str]]:
     prefill = protocol_tables.prefill_table(frame)
 
     def figures(slot: Slot) -> dict[str, str]:
-        if slot.case == protocol_tables.SINGLE_CASE:
+        if slot.case == SINGLE:
             own = single_frame[single_frame["scenario"] == slot.scenario]
             single = _row(tables.single, slot.scenario)
             return _formatted(_row(ttft_by_scenario, slot.scenario), protocol_tables.failures_table(own),
@@ -280,7 +281,7 @@ def _series(frame: pd.DataFrame) -> dict[str, Any]:
     timeline = free_running.timeline(frame)
     origin = float(frame["sent_at"].min())
     ok = frame[frame["ok"]]
-    label = frame["cell"].where(frame["case"] != protocol_tables.SINGLE_CASE, "single: " + frame["scenario"].astype(str))
+    label = frame["cell"].where(frame["case"] != SINGLE, "single: " + frame["scenario"].astype(str))
     spans = (frame.assign(label=label, start=frame["sent_at"] - origin, end=frame["end_at"].fillna(frame["sent_at"]) - origin)
              .groupby("label", sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index())
     return {
@@ -317,7 +318,7 @@ def _rounded(values: pd.Series) -> list[float]:
 def _current_index(plan: list[Any], phase: dict[str, Any]) -> int | None:
     """Which cell of the plan the conductor is playing (single-stream cells differ by scenario)."""
     for index, cell in enumerate(plan):
-        if cell.name == phase.get("cell") and (cell.case != protocol_tables.SINGLE_CASE
+        if cell.name == phase.get("cell") and (cell.case != SINGLE
                                                or cell.prompts[0] == phase.get("scenario")):
             return index
     return None

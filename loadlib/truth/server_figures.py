@@ -20,8 +20,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from loadlib.figures import formulas, protocol_tables
+from loadlib.figures import formulas
 from loadlib.wire.flavours import FLAVOURS, Flavour, MetricNames
+from loadlib.scenarios.base import SINGLE
 
 DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
 # A gauge is a sample: each value is the mean of one logging interval (SGLang: 40 decode batches)
@@ -176,7 +177,7 @@ def client_tok_per_chunk(records: pd.DataFrame) -> float | None:
 def cell_scenario(span: CellSpan, records: pd.DataFrame) -> str:
     """The scenario of a single-stream cell, from its records ("code"); "" for other cells."""
     scenarios = records["scenario"].dropna().unique()
-    return str(scenarios[0]) if span.case == protocol_tables.SINGLE_CASE and len(scenarios) == 1 else ""
+    return str(scenarios[0]) if span.case == SINGLE and len(scenarios) == 1 else ""
 
 
 def divergence(server_accept_length: float | None, client_tok_per_chunk: float | None) -> float | None:

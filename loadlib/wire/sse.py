@@ -7,8 +7,8 @@ output hash, all in work proportional to the piece. Nothing is kept but an incom
 costs nothing. It accepts the wire shapes of SGLang (`reasoning_content`, usage chunk with
 empty choices, `[DONE]`), vLLM (`delta.reasoning`, finish on the last token chunk) and
 llama.cpp (role chunk with `content: null`, `:` comment lines, `timings`, an `error` event
-without `[DONE]`). Anything else, however shaped, becomes a reason in `error`, never an
-exception.
+without `[DONE]`): their keys come from `loadlib.wire.flavours`. Anything else, however
+shaped, becomes a reason in `error`, never an exception.
 
 With thinking, a stream carries reasoning first and the answer after it: `first_answer_at` times
 the first chunk with non-empty `content` or a tool call (the time to first output, TTFO, where
@@ -24,10 +24,10 @@ from typing import Any, Iterable
 import orjson
 
 from loadlib.figures.live import LiveCounters
+from loadlib.wire.flavours import DELTA_TEXT_KEYS, ERROR_KEY
 
 MAX_LINE_BYTES = 1 << 20  # no chat-completion event comes near this; a longer line is a fault
 HEAD_BYTES = 48  # body bytes kept to say what a response that is not an event stream was
-_TEXT_KEYS = ("reasoning_content", "reasoning", "content")  # hashed in this order per delta
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
@@ -197,7 +197,7 @@ class StreamReader:
                         self._fail("malformed event: delta is not an object")
                         continue
                     produced = False  # output in this delta: text, reasoning, tool calls
-                    for key in _TEXT_KEYS:
+                    for key in DELTA_TEXT_KEYS:
                         text = delta.get(key)
                         if text:
                             if type(text) is not str:
@@ -229,8 +229,8 @@ class StreamReader:
                         self.finish_reason = finish
                     else:
                         self._fail("malformed event: finish_reason is not a string")
-        elif "error" in event:
-            self._fail(_error_reason(event["error"]))
+        elif ERROR_KEY in event:
+            self._fail(_error_reason(event[ERROR_KEY]))
             return
         usage = event.get("usage")
         if usage:
@@ -303,7 +303,7 @@ def _error_reason(error: Any) -> str:
             text = error.decode("utf-8", "replace") if isinstance(error, bytes) else error
             return f"stream error: {text[:160]}"
     if isinstance(error, dict):
-        inner = error.get("error", error)
+        inner = error.get(ERROR_KEY, error)
         if isinstance(inner, dict):
             message = inner.get("message") or inner.get("msg") or inner.get("type") or "unknown"
         else:
@@ -324,7 +324,7 @@ def http_error_reason(status: int, body: bytes, retry_after: str | None = None) 
         message = body.decode("utf-8", "replace").strip()
     else:
         if isinstance(data, dict):
-            inner = data.get("error", data)
+            inner = data.get(ERROR_KEY, data)
             if isinstance(inner, dict):
                 message = str(inner.get("message") or inner.get("detail") or inner.get("msg") or "")
             else:
