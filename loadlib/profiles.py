@@ -19,6 +19,7 @@ from loadlib.modes.search_driver import SearchLoad
 from loadlib.modes.trace import TraceLoad
 from loadlib.scenarios import KINDS
 from loadlib.scenarios.spec import Strict, Thinking
+from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,8 +34,8 @@ class ProfileError(Exception):
 class RequestSpec(Strict):
     """Request parameters of every scenario unless it sets its own."""
 
-    max_tokens: PositiveInt = 512
-    thinking: Thinking = "off"
+    max_tokens: PositiveInt = DEFAULT_MAX_TOKENS
+    thinking: Thinking = DEFAULT_THINKING
 
 
 class Slo(Strict):

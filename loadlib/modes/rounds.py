@@ -19,10 +19,14 @@ from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
 
 
+DEFAULT_ROUNDS = 3  # the thread's rounds per cell
+DEFAULT_CONCURRENCY = (2, 4, 8)  # the thread's concurrent cells
+
+
 class RoundsLoad(Strict):
     mode: Literal["rounds"] = "rounds"
-    rounds: PositiveInt = 3
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [2, 4, 8])
+    rounds: PositiveInt = DEFAULT_ROUNDS
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
 
 
 class Conductor(Driver):

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from loadlib.truth.probe import client_host
+import psutil
 
 MANIFEST_FILE = "manifest.json"
 _SECRET_FLAGS = ("--api-key",)
@@ -56,9 +55,30 @@ def build_manifest(opts: Any, target: str, model: str, builtin_simulator: Any = 
             "scenarios": list(opts.scenarios), "users": opts.num_users,
             "processes": getattr(opts, "processes", None),
         },
-        "client": {"host": platform.node(), "platform": platform.platform(),
-                   "cpu": platform.processor() or platform.machine(), **client_host()},
+        "client": client_host(),
     }
+
+
+def client_host() -> dict[str, Any]:
+    """The load generator's hardware and software, which users post beside their numbers."""
+    return {
+        "host": platform.node(), "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(), "cores_physical": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(), "locust": _version("locust"),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from loadlib.modes import rounds
+from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 from loadlib.truth import watch as server_watch
+from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 
-DEFAULT_CONCURRENCY = "2,4,8"
-DEFAULT_SCENARIOS = "code,en_tech,cn_chat,cn_essay"
-DEFAULT_ROUNDS = 3
-DEFAULT_MAX_TOKENS = 512
+DEFAULT_CONCURRENCY = ",".join(map(str, rounds.DEFAULT_CONCURRENCY))  # as typed on the command line
+DEFAULT_SCENARIOS = ",".join(SINGLE_STREAM_SCENARIOS)
+DEFAULT_ROUNDS = rounds.DEFAULT_ROUNDS
 
 
 def positive_int(text: str) -> int:
@@ -65,7 +67,7 @@ def thinking_mode(text: str) -> str:
 # Options a profile sets itself (TOML keys in its [request], [load] and [scenarios.protocol]),
 # with their defaults: beside --profile, any other value is refused.
 PROFILE_SETTINGS: dict[str, Any] = {
-    "rounds": DEFAULT_ROUNDS, "max_tokens": DEFAULT_MAX_TOKENS, "thinking": "off",
+    "rounds": DEFAULT_ROUNDS, "max_tokens": DEFAULT_MAX_TOKENS, "thinking": DEFAULT_THINKING,
     "concurrency": int_list(DEFAULT_CONCURRENCY), "scenarios": name_list(DEFAULT_SCENARIOS),
 }
 
@@ -83,7 +85,7 @@ def add_arguments(parser: Any) -> None:
                        help=f"Rounds per cell (default {DEFAULT_ROUNDS})")
     group.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
                        help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
-    group.add_argument("--thinking", type=thinking_mode, default="off", metavar="server|on|off",
+    group.add_argument("--thinking", type=thinking_mode, default=DEFAULT_THINKING, metavar="server|on|off",
                        help="chat_template_kwargs.enable_thinking on or off, or server: send no "
                             "chat_template_kwargs, the server's chat template decides (default off)")
     group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",

@@ -10,14 +10,10 @@ args include its own `api_key`).
 
 from __future__ import annotations
 
-import os
-import platform
 import re
-from importlib import metadata
 from typing import Any
 
 import orjson
-import psutil
 
 from loadlib.wire.connection import Connection, Endpoint, TransportError
 from loadlib.wire.flavours import FLAVOURS, LLAMACPP, SGLANG, Flavour
@@ -159,31 +155,3 @@ def _models(bodies: dict[str, Any]) -> list[dict[str, Any]]:
     models = bodies.get(MODELS_PATH)
     data = models.get("data") if isinstance(models, dict) else None
     return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
-
-
-def client_host() -> dict[str, Any]:
-    """The load generator's hardware and software, which users post beside their numbers."""
-    return {
-        "cpu_model": _cpu_model(), "cores": os.cpu_count(),
-        "cores_physical": psutil.cpu_count(logical=False),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(), "locust": _version("locust"),
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None

@@ -24,14 +24,19 @@ CHAT_PATH = "/v1/chat/completions"
 ERROR_BODY_BYTES = 65536  # of a non-200 answer, enough for its reason; the rest is dropped
 
 
+# The protocol's request defaults, defined here once (options, profiles and the client use them).
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_THINKING = "off"  # "on", "off", or "server": no chat_template_kwargs sent
+
+
 @dataclass(frozen=True, slots=True)
 class ChatSettings:
     """Request parameters shared by every request of a run (the protocol's defaults)."""
 
     model: str
-    max_tokens: int = 512
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
-    thinking: str = "off"  # "on", "off", or "server": no chat_template_kwargs sent
+    thinking: str = DEFAULT_THINKING
     api_key: str | None = None
     timeout_s: float = 900.0
     verify_tls: bool = True
