@@ -7,8 +7,8 @@ module with one `render(document) -> str` function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd

@@ -20,8 +20,7 @@ __all__ = list(_USER_CLASSES)
 
 def __getattr__(name: str) -> Any:
     if name in _USER_CLASSES:
-        from loadlib.run import session
-        from loadlib.run import users
+        from loadlib.run import session, users
 
         session.install()
         return getattr(users, name)

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Union
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (Field, PositiveFloat, PositiveInt, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from loadlib.modes import MODES
 from loadlib.modes.rounds import RoundsLoad

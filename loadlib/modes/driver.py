@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, get_args
 import gevent
 from gevent.event import Event
 
-from loadlib.wire.client import RequestTag
 from loadlib.scenarios import ANY, Cell, Job, Scenario
+from loadlib.wire.client import RequestTag
 
 if TYPE_CHECKING:
     from locust.event import EventHook

@@ -18,7 +18,6 @@ from loadlib.scenarios import COLD, Cell, build_scenarios
 from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
 
-
 DEFAULT_ROUNDS = 3  # the thread's rounds per cell
 DEFAULT_CONCURRENCY = (2, 4, 8)  # the thread's concurrent cells
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 import gevent
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, ValidationInfo, field_validator, model_validator
+from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, ValidationInfo, field_validator,
+                      model_validator)
 
 from loadlib.modes.driver import Driver, DriverInputs, LoadMode, drain
 from loadlib.modes.search import Search, judge, level_seed

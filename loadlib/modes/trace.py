@@ -31,8 +31,8 @@ from pydantic import PositiveFloat, PrivateAttr, ValidationInfo, field_validator
 from loadlib.modes.driver import LoadMode
 from loadlib.modes.timeline import timeline_driver
 from loadlib.scenarios.base import ANY, WARM, Cell, Job, Scenario, Send, level_cell_name
-from loadlib.scenarios.spec import Strict, beside_the_profile
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
+from loadlib.scenarios.spec import Strict, beside_the_profile
 
 BLOCK_TOKENS = 512  # mooncake's hash block
 ASK = "\n\nSummarise the lines above."

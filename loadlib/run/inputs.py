@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from loadlib.modes.rounds import ROUNDS
-from loadlib.run import options
-from loadlib.wire.client import ChatSettings
 from loadlib.profiles import Profile, ProfileError, load_profile
+from loadlib.run import options
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
+from loadlib.wire.client import ChatSettings
 
 
 def run_profile(opts: Any) -> Profile:

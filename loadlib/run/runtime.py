@@ -26,9 +26,9 @@ from gevent.queue import Queue
 from locust.env import Environment
 
 from loadlib.figures import live as live_figures
-from loadlib.wire.client import ChatSettings
 from loadlib.records import RequestRecord
 from loadlib.run.selfwatch import SelfWatch
+from loadlib.wire.client import ChatSettings
 
 RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
 RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test

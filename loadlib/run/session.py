@@ -34,32 +34,29 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from loadlib.figures import live as live_figures
-from loadlib.run import llmstats
-from loadlib.records import records_frame
-from loadlib.run import options
-from loadlib.truth.watch import ServerWatch
-from loadlib.run import webui
-from loadlib.truth.cache import flush_prefix_cache
-from loadlib.wire.client import chat_body
-from loadlib.wire.connection import Endpoint
+from loadlib.modes import Assignment, Driver, SearchHooks, first_users, make_driver
+from loadlib.modes.rounds import ROUNDS
+from loadlib.modes.trace import TRACE
+from loadlib.profiles import Profile, ProfileError
+from loadlib.records import RequestRecord, read_records, records_frame
+from loadlib.run import llmstats, options, webui
+from loadlib.run.inputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
+                                refuse_profile_settings, request_settings, run_profile, usage_error)
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import build_manifest, write_manifest
-from loadlib.modes.rounds import ROUNDS
-from loadlib.modes.trace import TRACE
-from loadlib.modes import Assignment, Driver, SearchHooks, first_users, make_driver
 from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, list_models
-from loadlib.profiles import Profile, ProfileError
-from loadlib.records import RequestRecord, read_records
-from loadlib.run.inputs import (api_key_of, check_run_dir_free, new_run_dir, refuse_load_mode_options,
-                               refuse_profile_settings, request_settings, run_profile, usage_error)
 from loadlib.run.runtime import (FLUSH_S, LEVEL_MESSAGE, LIVE_S, RECORDS_MESSAGE, RUN_MESSAGE, LocalSink, ProcessRun,
-                             RunSpec, WorkerSink, attach, dispatch_order, process_run)
-from loadlib.scenarios import COLD, Mix, build_scenarios
+                                 RunSpec, WorkerSink, attach, dispatch_order, process_run)
 from loadlib.run.selfwatch import SelfWatch
-from loadlib.run.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test, fire_request_event,
-                           profile_user_classes)
+from loadlib.run.users import (CUSTOM_CASE, FREE_RUNNING_MODES, RoundsUser, announce_level, begin_test,
+                               fire_request_event, profile_user_classes)
 from loadlib.run.workers import ASSIGN_MESSAGE, WorkerDispatch
+from loadlib.scenarios import COLD, Mix, build_scenarios
+from loadlib.truth.cache import flush_prefix_cache
+from loadlib.truth.watch import ServerWatch
+from loadlib.wire.client import chat_body
+from loadlib.wire.connection import Endpoint
 
 log = logging.getLogger("uni-bench")
 

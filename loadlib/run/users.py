@@ -33,8 +33,6 @@ from locust import User, constant, task
 from locust.env import Environment
 
 from loadlib.figures import formulas, protocol_tables
-from loadlib.truth.cache import observed_state
-from loadlib.wire.client import ChatClient, RequestTag, chat_body
 from loadlib.modes import MODES, Assignment, first_users
 from loadlib.modes.open_loop import arrival_offsets
 from loadlib.modes.search_driver import SEARCH, LevelSchedule, Span
@@ -45,6 +43,8 @@ from loadlib.records import RequestRecord
 from loadlib.run.runtime import ProcessRun, RunSpec, process_run
 from loadlib.scenarios import Cell, Job, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import SINGLE, WARMUP
+from loadlib.truth.cache import observed_state
+from loadlib.wire.client import ChatClient, RequestTag, chat_body
 
 FREE_RUNNING_MODES = tuple(name for name, mode in MODES.items() if mode.free_running)
 CUSTOM_CASE = "locust"  # the case of records sent by a locustfile's own users

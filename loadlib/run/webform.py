@@ -25,10 +25,10 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING
 from werkzeug.datastructures import ImmutableMultiDict
 
 from loadlib.modes import MODES
-from loadlib.run import options
-from loadlib.wire.connection import Endpoint
 from loadlib.profiles import ProfileError
+from loadlib.run import options
 from loadlib.run.inputs import run_profile
+from loadlib.wire.connection import Endpoint
 
 
 def install(environment: Environment, session: Any) -> None:

@@ -38,7 +38,6 @@ from loadlib.scenarios.longcontext import PROBE_TOKENS, Calibration
 from loadlib.scenarios.multiturn import MultiTurn
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec, beside_the_profile
 
-
 log = logging.getLogger(__name__)
 
 ORDERS = ("file", "shuffle", "sample")

@@ -19,7 +19,6 @@ from loadlib.scenarios.base import COLD, SINGLE, Cell, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_items
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
-
 HEADER = "Below are lines sampled from our issue tracker, logs and code reviews, in no particular order.\n\n"
 QUESTION = ("\n\n---\nWhich components and failure modes come up most often in these lines? "
             "Answer in at most five sentences.")

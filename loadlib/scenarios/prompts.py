@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SAME_PROMPT, SINGLE_STREAM_SCENARIOS, different_prompts
 from loadlib.scenarios.base import SINGLE, Cell, Job, Scenario, round_cell_name
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SAME_PROMPT, SINGLE_STREAM_SCENARIOS, different_prompts
 
 
 class PromptSet(Scenario):

@@ -7,12 +7,11 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_item
 from loadlib.scenarios.issues import item_prompt
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
-
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 
 DEFAULT_PROMPT = "03-logs-kv-cache-oom-under-burst"
 PRIME_TOKENS = 8

@@ -26,7 +26,6 @@ from loadlib.scenarios.base import ANY, WARM, Job, Scenario, Send
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
-
 ASK = "\n\nSummarise the lines above."
 LEARN_PROMPTS = 64  # answers that refine the calibration (its samples are sorted per request)
 NEEDS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}

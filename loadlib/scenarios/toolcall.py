@@ -14,7 +14,6 @@ from loadlib.scenarios.corpus import tools
 from loadlib.scenarios.issues import ItemCycle
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
-
 SYSTEM = ("You are the triage bot of a busy open-source repository. For every report, investigate "
           "with the tools and act: search the code, read the relevant files, label the report and "
           "post one comment with your findings. Reply only with tool calls; arguments must be valid "

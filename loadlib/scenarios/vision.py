@@ -12,7 +12,6 @@ from loadlib.scenarios.base import Job, Scenario
 from loadlib.scenarios.png import bar_chart_png, data_url
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
-
 QUESTIONS = (
     "Describe this chart: how many bars are there, what colour is each, and which one is tallest?",
     "Estimate the height of every bar in this chart as a share of the tallest one, as a table.",

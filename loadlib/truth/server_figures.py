@@ -21,8 +21,8 @@ from typing import Any, Iterable
 import pandas as pd
 
 from loadlib.figures import formulas
-from loadlib.wire.flavours import FLAVOURS, Flavour, MetricNames
 from loadlib.scenarios.base import SINGLE
+from loadlib.wire.flavours import FLAVOURS, Flavour, MetricNames
 
 DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
 # A gauge is a sample: each value is the mean of one logging interval (SGLang: 40 decode batches)

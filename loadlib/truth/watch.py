@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import gevent
 import orjson
-
 from locust.event import EventHook
 
 from loadlib.records import records_frame

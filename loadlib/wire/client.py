@@ -16,8 +16,8 @@ from typing import Any, cast
 import orjson
 
 from loadlib.figures import live
-from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.records import RequestRecord
+from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.wire.sse import StreamReader, http_error_reason
 
 CHAT_PATH = "/v1/chat/completions"
