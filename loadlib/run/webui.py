@@ -30,6 +30,7 @@ from analysis import render_summary, text
 from analysis.summary import CASE_LABELS, SCENARIO_LABELS, thinking_phrase
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.modes.rounds import ROUNDS
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
 from loadlib.run import webform
 from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
@@ -371,7 +372,7 @@ def _settings_text(environment: Environment, session: Any, plan: list[Any], fram
     mode = session.mode
     parts = [f"Model {(session.manifest or {}).get('model') or opts.model or '(first of /v1/models)'}",
              "max tokens " + "/".join(map(str, max_tokens)),
-             "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == "rounds"
+             "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == ROUNDS.name
              else f"{mode} load",
              "thinking " + thinking_phrase(frame["thinking"] if not frame.empty else [opts.thinking])]
     if opts.profile:
