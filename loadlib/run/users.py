@@ -41,7 +41,8 @@ from loadlib.modes.trace import TRACE, TracePrompts, TraceRequest
 from loadlib.profiles import Profile
 from loadlib.records import RequestRecord
 from loadlib.run.runtime import ProcessRun, RunSpec, process_run
-from loadlib.scenarios import Cell, Job, Mix, Scenario, build_scenarios
+from loadlib.scenarios import (DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, RADIX_HIT, TOOL_CALL, VISION, Cell, Job, Mix,
+                               Scenario, build_scenarios)
 from loadlib.scenarios.base import SINGLE, WARMUP
 from loadlib.truth.cache import observed_state
 from loadlib.wire.client import ChatClient, RequestTag, chat_body
@@ -261,21 +262,21 @@ class RadixHitUser(ScenarioUser):
     """The same long prompt every time: prefix-cache hits after the first."""
 
     abstract = True
-    kind = "radix-hit"
+    kind = RADIX_HIT.name
 
 
 class DistinctIssuesUser(ScenarioUser):
     """A different real work item (an issue to triage) every request: no shared prefix."""
 
     abstract = True
-    kind = "distinct-issues"
+    kind = DISTINCT_ISSUES.name
 
 
 class LongContextUser(ScenarioUser):
     """Cold prefill of a long, never-seen prompt (size in the server's tokens: `options`)."""
 
     abstract = True
-    kind = "long-context"
+    kind = LONG_CONTEXT.name
     options = {"sizes": [14000]}
 
 
@@ -283,21 +284,21 @@ class MultiTurnUser(ScenarioUser):
     """Conversations that grow turn by turn, the history resent each turn."""
 
     abstract = True
-    kind = "multi-turn"
+    kind = MULTI_TURN.name
 
 
 class ToolCallUser(ScenarioUser):
     """Requests with tools that the model should call (JSON arguments streamed back)."""
 
     abstract = True
-    kind = "tool-call"
+    kind = TOOL_CALL.name
 
 
 class VisionUser(ScenarioUser):
     """A generated image and a question about it."""
 
     abstract = True
-    kind = "vision"
+    kind = VISION.name
 
 
 # --- the free-running modes -------------------------------------------------------------------

@@ -42,7 +42,8 @@ def build_scenarios(profile: Profile, only: str | None = None) -> Weighted:
     return out
 
 
-__all__ = ["ANY", "COLD", "KINDS", "WARM", "Calibration", "Cell", "Dataset", "DatasetError", "DistinctIssues", "Filler",
+__all__ = ["ANY", "COLD", "DATASET", "DISTINCT_ISSUES", "KINDS", "LONG_CONTEXT", "MULTI_TURN", "PROTOCOL",
+           "RADIX_HIT", "SYNTHETIC", "TOOL_CALL", "VISION", "WARM", "Calibration", "Cell", "Dataset", "DatasetError", "DistinctIssues", "Filler",
            "Job", "Lengths", "LongContext", "Mix", "MultiTurn", "PromptSet", "ProtocolScenario", "RadixHit", "Scenario",
            "ScenarioKind", "ScenarioSpec", "Send", "Synthetic", "ToolCall", "Vision", "Weighted", "build_scenarios",
            "dataset_scenario", "load_dataset", "request_params"]
