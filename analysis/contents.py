@@ -21,9 +21,7 @@ from analysis.document import Section
 from analysis.locust_csv import LocustCsv
 from loadlib.figures import free_running, protocol_tables, scenario_tables
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
-
-LONG_CONTEXT = "long-context"  # scenario names of the long-context kind start with it
-
+from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
 
 @dataclass
 class RunData:
@@ -56,7 +54,7 @@ class RunData:
     @cached_property
     def long_context(self) -> bool:
         """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
-        return any(str(name).startswith(LONG_CONTEXT) for name in self.df["scenario"].unique())
+        return any(str(name).startswith(LONG_CONTEXT.name) for name in self.df["scenario"].unique())
 
 
 @dataclass(frozen=True)
