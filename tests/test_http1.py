@@ -146,7 +146,7 @@ def test_base_url_prefix_and_v1_suffix():
 class Recorder:
     """A body reader that notes when each piece was handed over."""
 
-    ended = urgent = False
+    ended = False
 
     def __init__(self, response):
         self.pieces, self.fed_at = [], []

@@ -20,12 +20,15 @@ import ssl
 import struct
 import sys
 import time
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 from urllib.parse import urlsplit
 
 import gevent
 from gevent import socket as gsocket
+from greenlet import getcurrent, greenlet
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _KERNEL_TIMESTAMPS = sys.platform.startswith("linux")
@@ -33,6 +36,9 @@ _ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_TIMESTAMPS else 0
 _TIMESPEC = struct.Struct("@qq")
 _RECV_SIZE = 262144
 _MAX_HEADER_BYTES = 65536
+_READ_AHEAD = 64  # reads queued for a stream's parser before reading it pauses
+_READ_PRIORITY = 1  # libev priority of the reads: above the dispatcher's parsing (0)
+_SLICE_S = 0.0002  # parsing between two polls of the sockets
 _log = logging.getLogger("uni-bench")
 _unverified: set[str] = set()  # endpoints already warned about (once per process)
 MAX_BODY_BYTES = 64 << 20  # far above any chat stream; bounds memory when --host is not an LLM server
@@ -63,7 +69,6 @@ class BodyReader(Protocol):
     """Takes a response body piece by piece, as each arrives (de-chunked, any split)."""
 
     ended: bool  # the content said it is over (an SSE `[DONE]`): the framing gets a short grace
-    urgent: bool  # the next piece is timed (a first token is due): read ahead of other connections
 
     def feed(self, data: bytes, t: float) -> None:
         """One piece of the body and its arrival time (kernel receive stamp where available)."""
@@ -92,7 +97,7 @@ class Collector:
     """Keeps a body's pieces in `Response.pieces` (the first `limit` bytes, when given); the
     rest is read and dropped so the connection stays usable."""
 
-    ended = urgent = False
+    ended = False
 
     def __init__(self, response: Response, limit: int | None = None) -> None:
         self.pieces = response.pieces
@@ -262,6 +267,8 @@ class Connection:
             timer.close()
         if not response.complete or response.error or headers.get("connection", "").lower() == "close":
             self.close()
+        else:
+            stream.idle()
         return response
 
 
@@ -270,11 +277,14 @@ class _Expired(Exception):
 
 
 class _RawStream:
-    """A plain TCP connection read the cheapest way gevent allows.
+    """A plain TCP connection, read the moment the kernel has data.
 
-    The C-level socket is non-blocking and waited on with one libev io watcher per direction:
-    no per-call timeout objects (the whole exchange runs under one gevent.Timeout), no failed
-    read before each wait, and each read carries the kernel's arrival timestamp.
+    The read itself runs in the event loop's io callback, ahead of any parsing: when many
+    streams are ready at once (a round's first tokens land together), every socket is read,
+    with its kernel arrival stamp, before any greenlet parses what it got. A first token is so
+    read before the stream's next chunk arrives, which Linux would merge into the unread segment
+    under the later stamp. The greenlet is woken by the `_Dispatcher` and parses at its pace;
+    what it has not taken yet waits in a short queue (reading pauses when the queue is full).
     """
 
     def __init__(self, sock: gsocket.socket) -> None:
@@ -283,10 +293,15 @@ class _RawStream:
         self._sock.setblocking(False)
         fd = self._sock.fileno()
         hub = gevent.get_hub()
+        self._hub = hub
         self._wait = hub.wait
+        self._dispatcher = _dispatcher_of(hub)
         self._readable = hub.loop.io(fd, 1)
+        self._readable.priority = _READ_PRIORITY
         self._writable = hub.loop.io(fd, 2)
-        self._urgent = False
+        self._received: deque[tuple[bytes, float] | OSError] = deque()  # read, not yet taken
+        self._reader: greenlet | None = None  # the greenlet waiting in recv(), if any
+        self._wake_due = False
         self._buffer = bytearray(_RECV_SIZE)  # reused: a fresh large bytes per read costs an mmap
         self._view = memoryview(self._buffer)
         self._timestamps = False
@@ -307,38 +322,104 @@ class _RawStream:
                 continue
             view = view[sent:]
 
-    def recv(self, urgent: bool = False) -> tuple[bytes, float]:
-        """Waits for data, then one read: (bytes, arrival time); b"" at the peer's close.
-
-        An `urgent` read is woken ahead of the others ready in the same loop iteration (libev
-        priority): when many streams are ready at once, a first token is read before later
-        chunks of the same stream can join it in one read and lend it their arrival stamp.
-        (Reading only up to the first token's event would not help: Linux merges a late
-        segment into the unread one before it, and the merged one keeps the later stamp.)
-        """
-        if urgent is not self._urgent:
-            self._urgent = urgent
-            self._readable.priority = 2 if urgent else 0  # EV_MAXPRI; the watcher is stopped here
-        self._wait(self._readable)
-        while True:
+    def recv(self) -> tuple[bytes, float]:
+        """The next read: (bytes, arrival time); b"" at the peer's close."""
+        received = self._received
+        while not received:
+            if not self._readable.active:
+                self._readable.start(self._on_readable)
+            self._reader = getcurrent()
             try:
-                if self._timestamps:
-                    size, anc, _flags, _addr = self._sock.recvmsg_into((self._buffer,), _ANC_SIZE)
-                    data = self._view[:size].tobytes()
-                    if anc:
-                        sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-                        return data, sec + nsec * 1e-9
-                    return data, time.time()
+                self._hub.switch()
+            finally:
+                self._reader = None
+        item = received.popleft()
+        if type(item) is tuple:
+            return item
+        raise item
+
+    def _on_readable(self) -> None:
+        """In the loop, as soon as the socket is readable: one read, queued with its stamp."""
+        try:
+            if self._timestamps:
+                size, anc, _flags, _addr = self._sock.recvmsg_into((self._buffer,), _ANC_SIZE)
+                if anc:
+                    sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
+                    item: tuple[bytes, float] | OSError = (self._view[:size].tobytes(), sec + nsec * 1e-9)
+                else:
+                    item = (self._view[:size].tobytes(), time.time())
+            else:
                 size = self._sock.recv_into(self._buffer)
-                return self._view[:size].tobytes(), time.time()
-            except BlockingIOError:  # a spurious wake-up
-                self._wait(self._readable)
+                item = (self._view[:size].tobytes(), time.time())
+        except BlockingIOError:  # a spurious wake-up
+            return
+        except OSError as exc:
+            item, size = exc, 0
+        received = self._received
+        received.append(item)
+        if not size or len(received) >= _READ_AHEAD:  # the end, or the parser is behind
+            self._readable.stop()
+        if self._reader is not None and not self._wake_due:
+            self._wake_due = True
+            self._dispatcher.wake(self)
+
+    def idle(self) -> None:
+        """Between requests nothing is read (a server's close is found by the next request), and
+        an idle connection does not keep the event loop running."""
+        self._readable.stop()
+
+    def woken(self) -> None:
+        """The dispatcher's turn for this stream: its greenlet parses what was read."""
+        self._wake_due = False
+        if self._reader is not None:
+            self._reader.switch()
 
     def close(self) -> None:
         self._readable.close()
         self._writable.close()
+        self._received.clear()
         self._view.release()
         self._sock.close()
+
+
+class _Dispatcher:
+    """Wakes the greenlets whose connections were read, a slice of time at a time.
+
+    Reads run in io callbacks at a higher libev priority than this dispatcher's zero timer, so
+    each loop iteration reads every ready socket before any parsing, and parses for at most
+    `_SLICE_S` before the next poll: a burst of hundreds of first tokens (a round's start) is
+    read within a slice of its arrival, whatever the parsing costs. gevent's own callbacks would
+    parse the whole burst between two polls.
+    """
+
+    def __init__(self, hub: gevent.hub.Hub) -> None:
+        self._due: deque[_RawStream] = deque()
+        self._timer = hub.loop.timer(0.0)  # priority 0, below the reads
+
+    def wake(self, stream: "_RawStream") -> None:
+        self._due.append(stream)
+        if not self._timer.active:
+            self._timer.start(self._run)
+
+    def _run(self) -> None:
+        due = self._due
+        until = time.perf_counter() + _SLICE_S
+        while due:
+            due.popleft().woken()
+            if time.perf_counter() >= until:
+                break
+        if due:  # after the next poll
+            self._timer.start(self._run)
+
+
+def _dispatcher_of(hub: gevent.hub.Hub) -> _Dispatcher:
+    dispatcher = _DISPATCHERS.get(hub)
+    if dispatcher is None:
+        dispatcher = _DISPATCHERS[hub] = _Dispatcher(hub)
+    return dispatcher
+
+
+_DISPATCHERS: "weakref.WeakKeyDictionary[gevent.hub.Hub, _Dispatcher]" = weakref.WeakKeyDictionary()
 
 
 class _TlsStream:
@@ -351,19 +432,22 @@ class _TlsStream:
     def sendall(self, data: bytes) -> None:
         self._sock.sendall(data)
 
-    def recv(self, urgent: bool = False) -> tuple[bytes, float]:
+    def recv(self) -> tuple[bytes, float]:
         return self._sock.recv(_RECV_SIZE), time.time()
+
+    def idle(self) -> None:
+        pass
 
     def close(self) -> None:
         self._sock.close()
 
 
 def _read_head(stream: "_RawStream | _TlsStream", reused: bool) -> tuple[bytes, bytes, float]:
-    """The head, the body bytes read with it and their arrival. A server may send its headers
-    only with the first token (the simulator's first write carries both), so the read is urgent."""
+    """The head, the body bytes read with it and their arrival (a server may send its headers
+    only with the first token, as the simulator does)."""
     buf = b""
     while True:
-        data, t = stream.recv(True)
+        data, t = stream.recv()
         if not data:
             if not buf and reused:
                 raise _StaleConnection()
@@ -409,7 +493,7 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, reader: Bo
                 timer.close()
                 grace = gevent.Timeout(min(_DONE_GRACE_S, max(deadline - time.time(), 0.001)), _Expired)
                 grace.start()
-            data, t = stream.recv(reader.urgent)
+            data, t = stream.recv()
             if not data:
                 decoder.eof()
                 break

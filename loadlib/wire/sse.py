@@ -38,7 +38,7 @@ class StreamReader:
 
     __slots__ = ("sent_at", "content_type", "first_token_at", "first_answer_at", "chunks_before_answer",
                  "last_token_at", "done_at", "end_at",
-                 "ended", "urgent", "events", "chunks", "output_chars", "first_read_events", "usage",
+                 "ended", "events", "chunks", "output_chars", "first_read_events", "usage",
                  "finish_reason", "error", "head", "_head_room", "_partial", "_skipping", "_hasher",
                  "_live")
 
@@ -53,7 +53,6 @@ class StreamReader:
         self.done_at: float | None = None  # arrival of the `[DONE]` line
         self.end_at: float | None = None  # arrival of the last byte
         self.ended = False  # `[DONE]` was read: the stream is over whatever follows
-        self.urgent = True  # no first token yet: the connection reads this stream first
         self.events = 0  # `data:` lines
         self.chunks = 0  # events with non-empty content, reasoning or tool-call deltas
         self.output_chars = 0  # characters of that output (text, reasoning, tool calls)
@@ -216,7 +215,6 @@ class StreamReader:
                         if self.first_token_at is None:
                             self.first_token_at = t
                             self.first_read_events = 1
-                            self.urgent = False
                             self._live.first_token(t - self.sent_at)
                         elif t == self.first_token_at:  # read with the first: it carries their stamp
                             self.first_read_events += 1
