@@ -1,6 +1,8 @@
 """HTTP/1.1 framing of the lean client, against a raw socket server on loopback."""
 
 import socket
+import subprocess
+import sys
 import time
 
 import gevent
@@ -188,3 +190,68 @@ def test_a_negative_chunk_size_is_bad_framing(connect):
     conn = connect([[HEAD + b"-5\r\ndata: a\n\n\r\n0\r\n\r\n"]])
     response = conn.request("GET", "/")
     assert response.error == "bad chunked framing" and not response.complete
+
+
+# A server in its own process (its sends must not wait for the client's event loop): it answers
+# N connections at once with a first event, then, GAP_S later, a second event and the end, and
+# prints the time of that second send.
+_BURST_SERVER = r"""
+import socket, sys, time
+n, gap = int(sys.argv[1]), float(sys.argv[2])
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+def chunk(p): return b"%x\r\n%s\r\n" % (len(p), p)
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+conns = []
+for _ in range(n):
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    conns.append(conn)
+for conn in conns:
+    conn.sendall(head + chunk(b"data: first\n\n"))
+time.sleep(gap)
+second_at = time.time()
+for conn in conns:
+    conn.sendall(chunk(b"data: second\n\n") + b"0\r\n\r\n")
+print(second_at, flush=True)
+time.sleep(1)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps")
+def test_a_burst_of_first_tokens_is_read_before_slow_parsing_of_them_ends():
+    """16 streams' first events land together; parsing each takes 3 ms (48 ms in all), and the
+    second events come 20 ms after the first. Every first event must still be read, with its own
+    arrival stamp, before the second one lands: reads are not held up by parsing."""
+    streams, gap_s, parse_s = 16, 0.02, 0.003
+
+    class SlowReader(Recorder):
+        def __init__(self, response):
+            super().__init__(response)
+            self.stamps = []
+
+        def feed(self, data, t):
+            self.pieces.append(data)
+            self.stamps.append(t)
+            until = time.perf_counter() + parse_s
+            while time.perf_counter() < until:  # parsing that holds the event loop
+                pass
+
+    server = subprocess.Popen([sys.executable, "-c", _BURST_SERVER, str(streams), str(gap_s)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        conns = [Connection(Endpoint.parse(f"http://127.0.0.1:{port}"), timeout=10.0) for _ in range(streams)]
+        jobs = [gevent.spawn(conn.request, "POST", "/", b"{}", reader=SlowReader) for conn in conns]
+        gevent.joinall(jobs, timeout=10.0, raise_error=True)
+        second_at = float(server.stdout.readline())
+    finally:
+        server.kill()
+        server.wait()
+    for job in jobs:
+        reader = job.value.reader
+        assert reader.pieces[0] == b"data: first\n\n", reader.pieces  # read alone, not with the second
+        assert reader.stamps[0] < second_at

@@ -1,11 +1,12 @@
 """A lean HTTP/1.1 client connection for streamed responses, on gevent sockets.
 
 Why not `FastHttpUser`'s client: at tens of thousands of SSE chunks per second, the cost per
-socket wake-up decides both throughput and timing accuracy. This connection does the least per
-received buffer: one `recvmsg`, the kernel's arrival timestamp (SO_TIMESTAMPNS, so a late
-greenlet does not inflate TTFT), de-chunking by offsets, and the body pieces handed as they
-come to a reader the caller chooses (the SSE parser for a stream, so that nothing of an answer
-is kept and no work waits for its end; a `Collector` for small bodies).
+received buffer decides both throughput and timing accuracy. Here every ready socket is read in
+the event loop's own io callback (one `recvmsg` with the kernel's arrival timestamp,
+SO_TIMESTAMPNS, so a busy loop does not inflate TTFT), before any parsing; the reads are then
+de-chunked by offsets and handed to a reader the caller chooses (the SSE parser for a stream, so
+that nothing of an answer is kept and no work waits for its end; a `Collector` for small
+bodies), in short slices between polls and without a greenlet switch per read.
 
 The response is always read to its end, so the connection is reused (keep-alive).
 """
@@ -59,6 +60,9 @@ def _switch_kernel_timestamps_on() -> socket.socket | None:
 
 
 _TIMESTAMP_KEEPER = _switch_kernel_timestamps_on()
+
+
+Consumer = Callable[[bytes, float], bool]  # takes one read; True: stop and hand back to the greenlet
 
 
 class TransportError(Exception):
@@ -283,8 +287,9 @@ class _RawStream:
     streams are ready at once (a round's first tokens land together), every socket is read,
     with its kernel arrival stamp, before any greenlet parses what it got. A first token is so
     read before the stream's next chunk arrives, which Linux would merge into the unread segment
-    under the later stamp. The greenlet is woken by the `_Dispatcher` and parses at its pace;
-    what it has not taken yet waits in a short queue (reading pauses when the queue is full).
+    under the later stamp. What is read waits in a short queue (reading pauses when it is full)
+    for the `_Dispatcher`, which feeds it to the body's consumer (`pump`) or wakes the greenlet
+    waiting in `recv` (the head).
     """
 
     def __init__(self, sock: gsocket.socket) -> None:
@@ -300,7 +305,9 @@ class _RawStream:
         self._readable.priority = _READ_PRIORITY
         self._writable = hub.loop.io(fd, 2)
         self._received: deque[tuple[bytes, float] | OSError] = deque()  # read, not yet taken
-        self._reader: greenlet | None = None  # the greenlet waiting in recv(), if any
+        self._reader: greenlet | None = None  # the greenlet waiting in recv() or pump(), if any
+        self._consume: Consumer | None = None  # pump()'s consumer, called by the dispatcher
+        self._failure: Exception | None = None  # what the consumer raised, for pump() to raise
         self._wake_due = False
         self._buffer = bytearray(_RECV_SIZE)  # reused: a fresh large bytes per read costs an mmap
         self._view = memoryview(self._buffer)
@@ -368,11 +375,57 @@ class _RawStream:
         an idle connection does not keep the event loop running."""
         self._readable.stop()
 
+    def pump(self, consume: Consumer) -> None:
+        """Feeds each read to `consume` until it returns True; raises what it raised.
+
+        What was read already is consumed here; later reads are consumed by the dispatcher in
+        the loop, so a streaming body costs no greenlet switch per read: the greenlet is woken
+        once, when `consume` says stop (the body's end, or a change its caller must act on)."""
+        received = self._received
+        while received:
+            item = received.popleft()
+            if type(item) is not tuple:
+                raise item
+            if consume(*item):
+                return
+        if not self._readable.active:
+            self._readable.start(self._on_readable)
+        self._consume = consume
+        self._reader = getcurrent()
+        try:
+            self._hub.switch()
+        finally:
+            self._reader = self._consume = None
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
     def woken(self) -> None:
-        """The dispatcher's turn for this stream: its greenlet parses what was read."""
+        """The dispatcher's turn for this stream: what was read goes to the consumer of pump(),
+        or the greenlet waiting in recv() is switched to."""
         self._wake_due = False
-        if self._reader is not None:
-            self._reader.switch()
+        reader = self._reader
+        if reader is None:
+            return
+        consume = self._consume
+        if consume is None:
+            reader.switch()
+            return
+        received = self._received
+        try:
+            while received:
+                item = received.popleft()
+                if type(item) is not tuple:
+                    raise item
+                if consume(*item):
+                    break
+            else:
+                if not self._readable.active:  # reading paused while the queue was full
+                    self._readable.start(self._on_readable)
+                return
+        except Exception as exc:  # noqa: BLE001 - raised in the greenlet, by pump()
+            self._failure = exc
+        reader.switch()
 
     def close(self) -> None:
         self._readable.close()
@@ -383,13 +436,14 @@ class _RawStream:
 
 
 class _Dispatcher:
-    """Wakes the greenlets whose connections were read, a slice of time at a time.
+    """Gives the streams that were read their turn to parse (`_RawStream.woken`), a slice of
+    time at a time.
 
     Reads run in io callbacks at a higher libev priority than this dispatcher's zero timer, so
     each loop iteration reads every ready socket before any parsing, and parses for at most
     `_SLICE_S` before the next poll: a burst of hundreds of first tokens (a round's start) is
-    read within a slice of its arrival, whatever the parsing costs. gevent's own callbacks would
-    parse the whole burst between two polls.
+    read within a slice of its arrival, whatever the parsing costs. Woken through gevent's own
+    callbacks, the greenlets would parse the whole burst between two polls.
     """
 
     def __init__(self, hub: gevent.hub.Hub) -> None:
@@ -434,6 +488,10 @@ class _TlsStream:
 
     def recv(self) -> tuple[bytes, float]:
         return self._sock.recv(_RECV_SIZE), time.time()
+
+    def pump(self, consume: Consumer) -> None:
+        while not consume(*self.recv()):
+            pass
 
     def idle(self) -> None:
         pass
@@ -485,6 +543,19 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, reader: Bo
         decoder = _CloseBody(reader)
     grace: gevent.Timeout | None = None
     received = len(rest)
+
+    def consume(data: bytes, t: float) -> bool:
+        """One read into the decoder; True when the greenlet must act (the end, or [DONE])."""
+        nonlocal received
+        if not data:
+            decoder.eof()
+            return True
+        received += len(data)
+        if received > MAX_BODY_BYTES:
+            raise TransportError("response body over 64 MiB")
+        decoder.feed(data, t)
+        return decoder.finished or (reader.ended and grace is None)
+
     try:
         if rest:
             decoder.feed(rest, t)
@@ -493,14 +564,7 @@ def _read_body(stream: "_RawStream | _TlsStream", response: Response, reader: Bo
                 timer.close()
                 grace = gevent.Timeout(min(_DONE_GRACE_S, max(deadline - time.time(), 0.001)), _Expired)
                 grace.start()
-            data, t = stream.recv()
-            if not data:
-                decoder.eof()
-                break
-            received += len(data)
-            if received > MAX_BODY_BYTES:
-                raise TransportError("response body over 64 MiB")
-            decoder.feed(data, t)
+            stream.pump(consume)
     except _Expired:
         if not reader.ended:  # after [DONE] the stream is over; only the framing lingered
             response.error = "timeout mid-stream"
