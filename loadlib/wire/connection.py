@@ -35,7 +35,7 @@ _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _KERNEL_TIMESTAMPS = sys.platform.startswith("linux")
 _ANC_SIZE = socket.CMSG_SPACE(16) if _KERNEL_TIMESTAMPS else 0
 _TIMESPEC = struct.Struct("@qq")
-_RECV_SIZE = 262144
+_RECV_SIZE = 65536  # per read; recvmsg allocates this much and shrinks it to what came
 _MAX_HEADER_BYTES = 65536
 _READ_AHEAD = 64  # reads queued for a stream's parser before reading it pauses
 _READ_PRIORITY = 1  # libev priority of the reads: above the dispatcher's parsing (0)
@@ -309,8 +309,6 @@ class _RawStream:
         self._consume: Consumer | None = None  # pump()'s consumer, called by the dispatcher
         self._failure: Exception | None = None  # what the consumer raised, for pump() to raise
         self._wake_due = False
-        self._buffer = bytearray(_RECV_SIZE)  # reused: a fresh large bytes per read costs an mmap
-        self._view = memoryview(self._buffer)
         self._timestamps = False
         if _KERNEL_TIMESTAMPS:
             try:
@@ -349,22 +347,22 @@ class _RawStream:
         """In the loop, as soon as the socket is readable: one read, queued with its stamp."""
         try:
             if self._timestamps:
-                size, anc, _flags, _addr = self._sock.recvmsg_into((self._buffer,), _ANC_SIZE)
+                data, anc, _flags, _addr = self._sock.recvmsg(_RECV_SIZE, _ANC_SIZE)
                 if anc:
                     sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-                    item: tuple[bytes, float] | OSError = (self._view[:size].tobytes(), sec + nsec * 1e-9)
+                    item: tuple[bytes, float] | OSError = (data, sec + nsec * 1e-9)
                 else:
-                    item = (self._view[:size].tobytes(), time.time())
+                    item = (data, time.time())
             else:
-                size = self._sock.recv_into(self._buffer)
-                item = (self._view[:size].tobytes(), time.time())
+                data = self._sock.recv(_RECV_SIZE)
+                item = (data, time.time())
         except BlockingIOError:  # a spurious wake-up
             return
         except OSError as exc:
-            item, size = exc, 0
+            item, data = exc, b""
         received = self._received
         received.append(item)
-        if not size or len(received) >= _READ_AHEAD:  # the end, or the parser is behind
+        if not data or len(received) >= _READ_AHEAD:  # the end, or the parser is behind
             self._readable.stop()
         if self._reader is not None and not self._wake_due:
             self._wake_due = True
@@ -431,7 +429,6 @@ class _RawStream:
         self._readable.close()
         self._writable.close()
         self._received.clear()
-        self._view.release()
         self._sock.close()
 
 
