@@ -379,13 +379,8 @@ class _RawStream:
         What was read already is consumed here; later reads are consumed by the dispatcher in
         the loop, so a streaming body costs no greenlet switch per read: the greenlet is woken
         once, when `consume` says stop (the body's end, or a change its caller must act on)."""
-        received = self._received
-        while received:
-            item = received.popleft()
-            if type(item) is not tuple:
-                raise item
-            if consume(*item):
-                return
+        if self._drain(consume):
+            return
         if not self._readable.active:
             self._readable.start(self._on_readable)
         self._consume = consume
@@ -409,21 +404,25 @@ class _RawStream:
         if consume is None:
             reader.switch()
             return
-        received = self._received
         try:
-            while received:
-                item = received.popleft()
-                if type(item) is not tuple:
-                    raise item
-                if consume(*item):
-                    break
-            else:
+            if not self._drain(consume):
                 if not self._readable.active:  # reading paused while the queue was full
                     self._readable.start(self._on_readable)
                 return
         except Exception as exc:  # noqa: BLE001 - raised in the greenlet, by pump()
             self._failure = exc
         reader.switch()
+
+    def _drain(self, consume: Consumer) -> bool:
+        """Feeds the queued reads to `consume`; True once it says stop (a queued failure raises)."""
+        received = self._received
+        while received:
+            item = received.popleft()
+            if type(item) is not tuple:
+                raise item
+            if consume(*item):
+                return True
+        return False
 
     def close(self) -> None:
         self._readable.close()
