@@ -24,11 +24,13 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Protocol
 from urllib.parse import urlsplit
 
 import gevent
 from gevent import socket as gsocket
+from gevent.hub import Waiter
 from greenlet import getcurrent, greenlet
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -239,6 +241,7 @@ class Connection:
         timer.start()
         try:
             try:
+                _dispatcher_of(gevent.get_hub()).take_turn()
                 sent_at = time.time()
                 stream.sendall(payload)
                 head, rest, t_first = _read_head(stream, reused)
@@ -301,6 +304,7 @@ class _RawStream:
         self._hub = hub
         self._wait = hub.wait
         self._dispatcher = _dispatcher_of(hub)
+        self._woken = self.woken  # the dispatcher's turn for this stream (bound once)
         self._readable = hub.loop.io(fd, 1)
         self._readable.priority = _READ_PRIORITY
         self._writable = hub.loop.io(fd, 2)
@@ -366,7 +370,7 @@ class _RawStream:
             self._readable.stop()
         if self._reader is not None and not self._wake_due:
             self._wake_due = True
-            self._dispatcher.wake(self)
+            self._dispatcher.wake(self._woken)
 
     def idle(self) -> None:
         """Between requests nothing is read (a server's close is found by the next request), and
@@ -443,19 +447,29 @@ class _Dispatcher:
     """
 
     def __init__(self, hub: gevent.hub.Hub) -> None:
-        self._due: deque[_RawStream] = deque()
+        self._hub = hub
+        self._due: deque[Callable[[], None]] = deque()
         self._timer = hub.loop.timer(0.0)  # priority 0, below the reads
 
-    def wake(self, stream: "_RawStream") -> None:
-        self._due.append(stream)
+    def wake(self, turn: Callable[[], None]) -> None:
+        """Runs `turn` in a coming slice."""
+        self._due.append(turn)
         if not self._timer.active:
             self._timer.start(self._run)
+
+    def take_turn(self) -> None:
+        """Waits for the calling greenlet's turn in a slice: a burst of requests sent at once (a
+        round's start) is sliced between polls like the parsing, so the streams already
+        answering are read on time."""
+        waiter = Waiter(self._hub)
+        self.wake(partial(waiter.switch, None))
+        waiter.get()
 
     def _run(self) -> None:
         due = self._due
         until = time.perf_counter() + _SLICE_S
         while due:
-            due.popleft().woken()
+            due.popleft()()
             if time.perf_counter() >= until:
                 break
         if due:  # after the next poll
