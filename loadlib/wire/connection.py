@@ -436,8 +436,8 @@ class _RawStream:
 
 
 class _Dispatcher:
-    """Gives the streams that were read their turn to parse (`_RawStream.woken`), a slice of
-    time at a time.
+    """Gives the streams that were read their turn to parse (`_RawStream.woken`), and the
+    requests about to be sent their turn to send (`take_turn`), a slice of time at a time.
 
     Reads run in io callbacks at a higher libev priority than this dispatcher's zero timer, so
     each loop iteration reads every ready socket before any parsing, and parses for at most
