@@ -308,7 +308,9 @@ def _live_text(live: Any) -> str:
     if not recent["in_flight"] and not recent["tokens_per_s"]:
         return ""
     ttft = text.num(recent["ttft_p50_s"], 3)
-    return (f" · live: {recent['in_flight']} streams in flight, {text.num(recent['tokens_per_s'])} tok/s, "
+    streams = recent["in_flight"]
+    noun = "stream" if streams == 1 else "streams"
+    return (f" · live: {streams} {noun} in flight, {text.num(recent['tokens_per_s'])} tok/s, "
             f"TTFT p50 {ttft} s (last 10 s)")
 
 
