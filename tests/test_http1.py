@@ -251,6 +251,8 @@ def test_a_burst_of_first_tokens_is_read_before_slow_parsing_of_them_ends():
     finally:
         server.kill()
         server.wait()
+    for conn in conns:
+        conn.close()
     for job in jobs:
         reader = job.value.reader
         assert reader.pieces[0] == b"data: first\n\n", reader.pieces  # read alone, not with the second

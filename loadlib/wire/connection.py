@@ -291,8 +291,8 @@ class _RawStream:
     with its kernel arrival stamp, before any greenlet parses what it got. A first token is so
     read before the stream's next chunk arrives, which Linux would merge into the unread segment
     under the later stamp. What is read waits in a short queue (reading pauses when it is full)
-    for the `_Dispatcher`, which feeds it to the body's consumer (`pump`) or wakes the greenlet
-    waiting in `recv` (the head).
+    for the `_Dispatcher`, which feeds it to the consumer given to `pump` (the body's decoder;
+    `recv` takes one read the same way).
     """
 
     def __init__(self, sock: gsocket.socket) -> None:
@@ -309,8 +309,8 @@ class _RawStream:
         self._readable.priority = _READ_PRIORITY
         self._writable = hub.loop.io(fd, 2)
         self._received: deque[tuple[bytes, float] | OSError] = deque()  # read, not yet taken
-        self._reader: greenlet | None = None  # the greenlet waiting in recv() or pump(), if any
-        self._consume: Consumer | None = None  # pump()'s consumer, called by the dispatcher
+        self._reader: greenlet | None = None  # the greenlet waiting in pump(), if any
+        self._consume: Consumer | None = None  # its consumer, called by the dispatcher
         self._failure: Exception | None = None  # what the consumer raised, for pump() to raise
         self._wake_due = False
         self._timestamps = False
@@ -333,19 +333,14 @@ class _RawStream:
 
     def recv(self) -> tuple[bytes, float]:
         """The next read: (bytes, arrival time); b"" at the peer's close."""
-        received = self._received
-        while not received:
-            if not self._readable.active:
-                self._readable.start(self._on_readable)
-            self._reader = getcurrent()
-            try:
-                self._hub.switch()
-            finally:
-                self._reader = None
-        item = received.popleft()
-        if type(item) is tuple:
-            return item
-        raise item
+        got: list[tuple[bytes, float]] = []
+
+        def take(data: bytes, t: float) -> bool:
+            got.append((data, t))
+            return True
+
+        self.pump(take)
+        return got[0]
 
     def _on_readable(self) -> None:
         """In the loop, as soon as the socket is readable: one read, queued with its stamp."""
@@ -399,14 +394,10 @@ class _RawStream:
 
     def woken(self) -> None:
         """The dispatcher's turn for this stream: what was read goes to the consumer of pump(),
-        or the greenlet waiting in recv() is switched to."""
+        and its greenlet is switched to once the consumer says stop (or raised)."""
         self._wake_due = False
-        reader = self._reader
-        if reader is None:
-            return
-        consume = self._consume
-        if consume is None:
-            reader.switch()
+        reader, consume = self._reader, self._consume
+        if reader is None or consume is None:  # the greenlet left pump() (a timeout)
             return
         try:
             if not self._drain(consume):
