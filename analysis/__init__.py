@@ -1,11 +1,5 @@
-"""After the run: the protocol's tables, reports, comparisons and plots from raw records.
+"""After the run: reports, comparisons and plots from the raw records of runs (`python -m analysis`).
 
-`render_summary` is the end-of-run summary that the live run prints, and `python -m analysis
-report` prints it too, after the manifest, so the two can never disagree. `protocol_summary`
-gives the protocol's figures as issue 8's JSON schema.
+The end-of-run summary that the live run prints is `loadlib.report.summary.render_summary`;
+`python -m analysis report` prints it too, after the manifest, so the two can never disagree.
 """
-
-from analysis.run_summary import render_summary
-from analysis.summary import protocol_summary
-
-__all__ = ["protocol_summary", "render_summary"]

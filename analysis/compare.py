@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import locust_csv, text
-from analysis.document import Document, Section, flatten
+from analysis import locust_csv
 from analysis.rundir import Run
 from loadlib.figures import across_runs
 from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.protocol_tables import scenario_order
+from loadlib.report import text
+from loadlib.report.document import Document, Section, flatten
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row

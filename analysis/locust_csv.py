@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis import text
-from analysis.document import Section
+from loadlib.report import text
+from loadlib.report.document import Section
 
 if TYPE_CHECKING:
     from analysis.rundir import Run

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import locust_csv, text
-from analysis.document import Document, Section
+from analysis import locust_csv
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, case_labels
 from loadlib.figures import across_runs, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.report import text
+from loadlib.report.document import Document, Section
+from loadlib.report.protocol import CASE_LABELS, case_labels
 from loadlib.scenarios.base import SINGLE
 
 REFERENCE_SCENARIO = "code"

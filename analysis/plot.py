@@ -14,10 +14,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.rundir import Run
-from analysis.summary import CASE_LABELS, PROTOCOL_CASES, scenario_label
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables, cell_order
 from loadlib.modes import search as search_module
+from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
 CASE_STYLE = {"same": "-", "different": "--"}

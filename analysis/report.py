@@ -1,20 +1,23 @@
 """`report`: every figure of one run: the manifest, the end-of-run summary exactly as the live
-run printed it, then the figures that go beyond it (`analysis.contents`' report-only entries) and
-Locust's own statistics."""
+run printed it, then the figures that go beyond it (`loadlib.report.contents`' report-only
+entries) and Locust's own statistics."""
 
 from __future__ import annotations
 
-from analysis.contents import RunData, build_sections
-from analysis.document import Document
+from analysis import locust_csv
 from analysis.rundir import Run
-from analysis.summary import settings_line, summary_dict
 from loadlib.figures.goodput import goodput_slo
+from loadlib.report.contents import RunData, build_sections
+from loadlib.report.document import Document
+from loadlib.report.protocol import settings_line, summary_dict
 
 
 def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
     """The run's document. Goodput targets not given come from the run's profile (see `goodput_slo`)."""
-    data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps),
-                   run.locust)
+    data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
-    return Document(settings_line(run.records, run.manifest), build_sections(data, report=True), run.manifest,
+    sections = build_sections(data, report=True)
+    if run.locust is not None:
+        sections += locust_csv.sections(run.locust)
+    return Document(settings_line(run.records, run.manifest), sections, run.manifest,
                     {**summary_dict(data.tables), **found})

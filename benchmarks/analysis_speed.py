@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.formats import console, json
 from analysis.report import run_report
 from analysis.rundir import load_run
+from loadlib.report import console, json
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS, different_prompts
 
 T0 = 1_800_000_000.0

@@ -26,8 +26,8 @@ from pathlib import Path
 import psutil
 from locust.rpc.protocol import Message
 
-from loadlib.run.intake import RecordIntake
 from loadlib.records import RequestRecord, read_records
+from loadlib.run.intake import RecordIntake
 from loadlib.run.runtime import FLUSH_RECORDS, RECORDS_MESSAGE
 from loadlib.sim.process import start_simulator
 

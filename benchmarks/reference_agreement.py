@@ -23,8 +23,8 @@ SCENARIO_NAMES = {"代码生成": "code", "英文技术论述": "en_tech", "中�
 CASE_NAMES = {"同 prompt（radix 命中）": "same", "不同 prompt": "different"}
 
 sys.path.insert(0, str(REPO))
-from analysis.summary import protocol_summary  # noqa: E402
 from loadlib.records import read_records  # noqa: E402
+from loadlib.report.protocol import protocol_summary  # noqa: E402
 from loadlib.sim.process import start_simulator  # noqa: E402
 
 

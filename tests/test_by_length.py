@@ -10,16 +10,14 @@ import numpy as np
 import orjson
 import pytest
 
-from analysis.formats import console
 from analysis.plot import by_length as by_length_plot
 from analysis.report import run_report
-from analysis.run_summary import summary_document
 from loadlib.figures import free_running
-from loadlib.records import records_frame
-from loadlib.records import read_records
+from loadlib.records import read_records, records_frame
+from loadlib.report import console
+from loadlib.report.summary import summary_document
 from tests.analysis.builders import build_record, build_run
 from tests.profile_runs import run_profile
-
 
 # --- edges ----------------------------------------------------------------------------------------
 

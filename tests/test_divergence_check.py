@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.formats.json import rows
 from analysis.report import run_report
 from analysis.rundir import load_run
+from loadlib.report.document import rows
 from loadlib.truth import server_figures
 from tests.conftest import FAST_SIM, run_locust
 

@@ -6,9 +6,9 @@ import gevent
 import pytest
 
 from loadlib.figures import live
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.figures.live import TTFT_BUFFER, LiveCounters
 from loadlib.sim.process import start_simulator
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 
 STREAMS = 4
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import pytest
 
 from loadlib.figures import formulas, free_running, protocol_tables
-
 from loadlib.records import records_frame
 from tests.analysis.builders import free_running_records
 

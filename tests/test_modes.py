@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from loadlib.figures import free_running
-
-from loadlib.records import records_frame
 from loadlib.modes.ladder import ladder_levels
 from loadlib.modes.open_loop import arrival_offsets
+from loadlib.records import records_frame
 from tests.conftest import free_port
 from tests.profile_runs import max_in_flight, run_profile
 

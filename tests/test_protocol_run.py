@@ -10,10 +10,9 @@ import orjson
 import pandas as pd
 import pytest
 
-from analysis.summary import protocol_summary
 from loadlib.figures import formulas, protocol_tables
-from loadlib.records import records_frame
-from loadlib.records import read_records
+from loadlib.records import read_records, records_frame
+from loadlib.report.protocol import protocol_summary
 from tests.conftest import FAST_SIM, free_port, run_locust
 
 BASE = ["--headless", "--rounds", "2", "--loglevel", "WARNING"]

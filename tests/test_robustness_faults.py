@@ -20,8 +20,8 @@ import orjson
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.records import RequestRecord
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 
 TIMEOUT_S = 0.5  # the client's request timeout in these tests; stalls last twice as long
 STALL_S = 1.0

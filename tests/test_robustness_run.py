@@ -16,10 +16,10 @@ import orjson
 import psutil
 import pytest
 
-from analysis.summary import cut_short
 from loadlib.figures import formulas
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.records import RECORDS_FILE, RecordJournal
+from loadlib.report.protocol import cut_short
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from tests.conftest import LOCUSTFILE, run_locust
 from tests.test_robustness_faults import EXPECTED, MODEL, FaultServer
 

@@ -12,13 +12,13 @@ import zlib
 import orjson
 import pytest
 
-from loadlib.truth.cache import FRAMING_TOKENS
 from loadlib.scenarios import ProtocolScenario
 from loadlib.scenarios.corpus import conversations, work_items
 from loadlib.scenarios.issues import ItemCycle, item_prompt
 from loadlib.scenarios.png import bar_chart_png
 from loadlib.scenarios.vision import Vision
 from loadlib.sim.tokenizer import encode
+from loadlib.truth.cache import FRAMING_TOKENS
 from tests.profile_runs import run_profile
 
 ROUNDS_PROFILE = """

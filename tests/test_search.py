@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlib.profiles import Slo
 from loadlib.modes.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge, level_seed
+from loadlib.profiles import Slo
 
 TTFT_P90 = Slo(ttft_s=0.1, ttft_p=90)
 

@@ -16,15 +16,15 @@ import orjson
 import pandas as pd
 import pytest
 
-from analysis.formats.json import rows
 from analysis.report import run_report
 from analysis.rundir import load_run
-from analysis.server_view import server_cell_table
 from loadlib.records import records_frame
-from loadlib.truth import server_figures
-from loadlib.truth.scrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
-from loadlib.truth.probe import REDACTED, redact
+from loadlib.report.document import rows
+from loadlib.report.server_view import server_cell_table
 from loadlib.sim.process import start_simulator
+from loadlib.truth import server_figures
+from loadlib.truth.probe import REDACTED, redact
+from loadlib.truth.scrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
 
 DATA = Path(__file__).parent / "data" / "metrics"

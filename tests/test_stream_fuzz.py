@@ -18,8 +18,8 @@ import gevent
 import pytest
 from gevent.server import StreamServer
 
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag
 from loadlib.figures.live import LiveCounters
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag
 from loadlib.wire.sse import parse_stream
 
 SEED = 20240611

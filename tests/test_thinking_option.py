@@ -8,10 +8,10 @@ import argparse
 
 import pytest
 
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from loadlib.run.options import thinking_mode
-from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.scenarios.base import request_params
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS
+from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 
 MESSAGES = [{"role": "user", "content": PROTOCOL_PROMPTS["code"]}]
 

@@ -20,10 +20,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from analysis import text
 from loadlib.figures import protocol_tables
-from loadlib.records import records_frame
-from loadlib.records import read_records
+from loadlib.records import read_records, records_frame
+from loadlib.report import text
 from tests.conftest import LOCUSTFILE, REPO, free_port
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")

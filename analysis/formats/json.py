@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from analysis.document import Document
+from loadlib.report.document import Document, rows
 
 
 def render(document: Document) -> str:
@@ -20,12 +20,6 @@ def render(document: Document) -> str:
         "tables": {section.key: rows(section.data) for section in document.sections},
     }
     return orjson.dumps(payload, option=orjson.OPT_INDENT_2, default=_scalar).decode()
-
-
-def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Table rows as plain dicts; NaN becomes None."""
-    clean = frame.astype(object).where(frame.notna(), None)
-    return clean.to_dict("records")
 
 
 def _scalar(value: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.document import Document, flatten
+from loadlib.report.document import Document, flatten
 
 
 def render(document: Document) -> str:

@@ -255,8 +255,8 @@ class RunSession:
             self._wait_for_final_batches()
         if self.opts.csv_prefix:  # Locust rewrites its --csv files once a second, not at the end: let it
             gevent.sleep(locust_stats.CSV_STATS_INTERVAL_SEC + 0.2)  # write them once more with every request
-        from analysis.formats import console
-        from analysis.run_summary import summary_document
+        from loadlib.report import console
+        from loadlib.report.summary import summary_document
 
         self.master_watch.stop()
         self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -26,12 +26,13 @@ import pandas as pd
 from flask import Blueprint, Response, jsonify, request
 from locust.env import Environment
 
-from analysis import render_summary, text
-from analysis.summary import CASE_LABELS, SCENARIO_LABELS, thinking_phrase
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.modes.rounds import ROUNDS
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
+from loadlib.report import text
+from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, thinking_phrase
+from loadlib.report.summary import render_summary
 from loadlib.run import webform
 from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
 from loadlib.scenarios.base import SINGLE

@@ -9,8 +9,8 @@ import sys
 import orjson
 import pytest
 
-from analysis import render_summary
 from analysis.__main__ import main
+from loadlib.report.summary import render_summary
 from tests.analysis.builders import extended_run, sglang_scrapes
 
 

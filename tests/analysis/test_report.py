@@ -8,9 +8,12 @@ import json
 
 import pytest
 
-from analysis import render_summary
-from analysis.formats import console, csv as csv_format, json as json_format, markdown
+from analysis.formats import csv as csv_format
+from analysis.formats import json as json_format
+from analysis.formats import markdown
 from analysis.report import run_report
+from loadlib.report import console
+from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_run, extended_run, free_running_records, profile_run, protocol_run
 
 

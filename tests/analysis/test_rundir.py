@@ -8,8 +8,8 @@ import orjson
 import pandas as pd
 import pytest
 
-from analysis.rundir import RunDirError, load_run
 import loadlib.records
+from analysis.rundir import RunDirError, load_run
 from loadlib.records import RequestRecord, SkippedLinesWarning, read_records_frame
 from tests.analysis.builders import build_record
 
@@ -80,8 +80,8 @@ def test_locusts_own_csv_files_are_read_beside_the_records(write_run, protocol_r
 
 
 def test_locust_stats_appear_in_the_report(write_run, protocol_records):
-    from analysis.formats import console
     from analysis.report import run_report
+    from loadlib.report import console
 
     run_dir = write_run(protocol_records)
     (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import protocol_summary, render_summary
+from loadlib.report.protocol import protocol_summary
+from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record, free_running_records
 
 

@@ -1,7 +1,7 @@
 """The protocol's tables in the thread's layout, as a dict (JSON schema of issue 8) and as
 sections, and the settings line that heads every summary.
 
-The end-of-run summary (`analysis.run_summary`) and `python -m analysis report` both build on
+The end-of-run summary (`loadlib.report.summary`) and `python -m analysis report` both build on
 these, from the same raw records.
 """
 
@@ -11,12 +11,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from analysis import text
-from analysis.document import Section
-from analysis.formats.json import rows
 from loadlib.figures import protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.records import THINKING_MODES, records_frame
+from loadlib.report import text
+from loadlib.report.document import Section, rows
 from loadlib.scenarios.base import SINGLE
 
 MAX_TOKENS_LISTED = 6  # more distinct max_tokens than this are shown as a range

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analysis import text
-from analysis.document import Document, flatten
+from loadlib.report import text
+from loadlib.report.document import Document, flatten
 
 
 def render(document: Document) -> str:

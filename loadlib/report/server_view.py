@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from analysis import text
-from analysis.document import Section
+from loadlib.report import text
+from loadlib.report.document import Section
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes
 

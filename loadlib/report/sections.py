@@ -5,7 +5,7 @@ and met, TTFT per conversation turn, requests left out of a figure, and the clie
 Each function turns one `loadlib.figures` table (or what the manifest kept: the search's result,
 the self-watch) into a section: it labels, formats and orders, it computes nothing. Which sections
 the end-of-run summary and `python -m analysis report` show, and in what order, is
-`analysis.contents.CONTENTS`.
+`loadlib.report.contents.CONTENTS`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from analysis import text
-from analysis.document import Section
 from loadlib.figures import free_running
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.goodput import GoodputSlo
 from loadlib.modes import search
+from loadlib.report import text
+from loadlib.report.document import Section
 
 WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s", "loop_lag_p99_s",
                  "loop_lag_max_s", "samples", "reasons"]

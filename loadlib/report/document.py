@@ -48,3 +48,9 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return flat
+
+
+def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Table rows as plain dicts; NaN becomes None."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return clean.to_dict("records")

@@ -1,10 +1,10 @@
 """Every section of a run's summary and report, in reading order: the one list that both the
-end-of-run summary (`analysis.run_summary`) and `python -m analysis report` render.
+end-of-run summary (`loadlib.report.summary`) and `python -m analysis report` render.
 
 An entry names the function that builds its section(s) from a run's `RunData`, and when it is
 shown: `report_only` entries come after the summary's in the report alone, `when` leaves an entry
 out of runs it does not fit. A new report figure is a table function in `loadlib/figures/`, a
-section function that labels it (`analysis/sections.py`) and one entry here.
+section function that labels it (`loadlib/report/sections.py`) and one entry here.
 """
 
 from __future__ import annotations
@@ -16,24 +16,24 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from analysis import locust_csv, sections, server_view, summary
-from analysis.document import Section
-from analysis.locust_csv import LocustCsv
 from loadlib.figures import free_running, protocol_tables, scenario_tables
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
+from loadlib.report import protocol as summary
+from loadlib.report import sections, server_view
+from loadlib.report.document import Section
 from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
+
 
 @dataclass
 class RunData:
     """What the sections are built from: the records frame and the run's manifest; the run
-    directory where the server's scrapes may be (`run_dir`), Locust's CSV files (the report's);
+    directory where the server's scrapes may be (`run_dir`);
     tables several sections share are computed once, on first use."""
 
     df: pd.DataFrame
     manifest: Mapping[str, Any]
     run_dir: Path | None = None
     targets: GoodputSlo | None = None  # None: the profile's, else the defaults (`goodput_slo`)
-    locust: LocustCsv | None = None
 
     @cached_property
     def slo(self) -> GoodputSlo:
@@ -94,7 +94,6 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: summary.concurrency_details(run.tables), report_only=True),
     Entry(lambda run: sections.by_length(free_running.by_length_table(run.df)), report_only=True),
     Entry(_prefill, report_only=True, when=lambda run: not run.long_context),
-    Entry(lambda run: locust_csv.sections(run.locust), report_only=True, when=lambda run: run.locust is not None),
 ]
 
 

@@ -3,7 +3,7 @@
 
 Its text depends only on the records, the run's final manifest and the server's scrapes in the
 run directory, so the live summary and the report of the same run directory agree to the
-character. Its sections are the entries of `analysis.contents.CONTENTS` that are not the
+character. Its sections are the entries of `loadlib.report.contents.CONTENTS` that are not the
 report's own: a capacity search's result first; the protocol's tables when the protocol's cells
 ran, the steady state when free-running cells did; what a profile's scenarios add (prefill per
 size, cache state, turns), the client's own limits and the server's view when the run has them.
@@ -16,11 +16,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from analysis.contents import RunData, build_sections
-from analysis.document import Document
-from analysis.formats import console
-from analysis.summary import settings_line
 from loadlib.records import records_frame
+from loadlib.report import console
+from loadlib.report.contents import RunData, build_sections
+from loadlib.report.document import Document
+from loadlib.report.protocol import settings_line
 
 
 def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any] | None = None,
