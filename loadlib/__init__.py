@@ -2,6 +2,7 @@
 
     from loadlib import LLMUser          # your own locustfile's users
     from loadlib import RadixHitUser     # a shipped scenario as a user class
+    from loadlib import events           # the tool's own events (`loadlib.hooks.LLMEvents`)
 
 Importing a user class also wires the run into Locust (run directory, journal, end-of-run
 summary, the tool's options). The names load lazily, so the simulator (`python -m loadlib.sim`)
@@ -15,7 +16,7 @@ from typing import Any
 _USER_CLASSES = ("LLMUser", "RoundsUser", "ScenarioUser", "RadixHitUser", "DistinctIssuesUser", "LongContextUser",
                  "MultiTurnUser", "ToolCallUser", "VisionUser")
 
-__all__ = list(_USER_CLASSES)
+__all__ = [*_USER_CLASSES, "events"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
 
         session.install()
         return getattr(users, name)
+    if name == "events":
+        from loadlib.hooks import events
+
+        return events
     raise AttributeError(f"module 'loadlib' has no attribute {name!r}")

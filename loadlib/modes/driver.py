@@ -77,9 +77,9 @@ class Driver:
         self.lead_time_s = lead_time_s
         self.request_timeout_s = request_timeout_s
         if cell_events is None:  # imported here: importing Locust patches the process, which the
-            from locust.event import EventHook  # post-processor (importing the search's judging) must not
+            from loadlib.hooks import events  # post-processor (importing the search's judging) must not
 
-            cell_events = EventHook()
+            cell_events = events.cell
         self.cell_events = cell_events  # fired with cell=, phase="start"|"end"
         self.finished = Event()
         self.phase: dict[str, Any] = {}

@@ -4,7 +4,8 @@ Records come one at a time from this process's users, or as a worker's batch of 
 way they go to the journal at once (a batch in one write, as it came), are counted, and the last
 `window` of them stay in memory, unparsed, for the live figures. Nothing here grows with the run:
 the journal on disk is the record of truth. Only a rounds run parses every record as it arrives,
-because its conductor waits for each request it assigned.
+because its conductor waits for each request it assigned. Every record is also fired as
+`loadlib.events.record` once it is on disk (parsed only when someone listens).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable
 
 import orjson
 
+from loadlib.hooks import events
 from loadlib.records import RecordJournal, RequestRecord
 
 
@@ -31,7 +33,7 @@ class RecordIntake:
         """A record from this process's users."""
         line = record.to_json()
         self.journal.append_lines(line + b"\n")
-        self._take([line], [record.to_dict()] if self.on_record is not None else None)
+        self._take([line], [record.to_dict()] if self._parses else None)
 
     def take_lines(self, lines: bytes) -> None:
         """A worker's batch: JSON lines joined by newlines."""
@@ -39,14 +41,19 @@ class RecordIntake:
             return
         self.journal.append_lines(lines + b"\n")
         split = lines.split(b"\n")
-        self._take(split, [orjson.loads(line) for line in split] if self.on_record is not None else None)
+        self._take(split, [orjson.loads(line) for line in split] if self._parses else None)
+
+    @property
+    def _parses(self) -> bool:
+        return self.on_record is not None or bool(events.record._handlers)
 
     def _take(self, lines: list[bytes], parsed: list[dict[str, Any]] | None) -> None:
         self.count += len(lines)
         self._recent.extend(lines)
-        if parsed is not None and self.on_record is not None:
-            for record in parsed:
+        for record in parsed or ():
+            if self.on_record is not None:
                 self.on_record(record)
+            events.record.fire(record=record)
 
     def recent(self) -> list[dict[str, Any]]:
         """The records in the window, parsed when asked for (and again only after new ones came)."""
