@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_USER_CLASSES = ("LLMUser", "RoundsUser", "ScenarioUser", "RadixHitUser", "DistinctIssuesUser", "LongContextUser",
+_USER_CLASSES = ("LLMUser", "ModeUser", "ScenarioUser", "RadixHitUser", "DistinctIssuesUser", "LongContextUser",
                  "MultiTurnUser", "ToolCallUser", "VisionUser")
 
 __all__ = [*_USER_CLASSES, "events"]
@@ -21,9 +21,9 @@ __all__ = [*_USER_CLASSES, "events"]
 
 def __getattr__(name: str) -> Any:
     if name in _USER_CLASSES:
-        from loadlib.run import session, users
+        from loadlib.run import users, wiring
 
-        session.install()
+        wiring.install()
         return getattr(users, name)
     if name == "events":
         from loadlib.hooks import events

@@ -34,6 +34,7 @@ import pyarrow.json as pa_json
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
 
 RECORDS_FILE = "records.jsonl"
+IN_MEMORY_FIELDS = ("text", "reasoning_text")  # a record's fields that the journal does not keep
 
 
 @dataclass(slots=True)
@@ -82,9 +83,16 @@ class RequestRecord:
     # and thinking was not asked on, or no answer came (the reasoning used up max_tokens).
     ttfo_s: float | None = None
     reasoning_tokens: int | None = None  # of completion_tokens, as the server's usage counts them
+    # The answer's text and the reasoning before it, for the task that sent the request (a
+    # conversation resends the reply). Kept in memory only: the journal keeps `output_sha`.
+    text: str = field(default="", repr=False)
+    reasoning_text: str = field(default="", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The record as the journal keeps it (without the texts)."""
+        out = dataclasses.asdict(self)
+        del out["text"], out["reasoning_text"]
+        return out
 
     def to_json(self) -> bytes:
         """The record as one JSON line, in an exact-size copy: orjson (3.12 and later) returns
@@ -148,7 +156,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
 
 # The table's columns are the record's fields, typed from their annotations: the identity fields
 # (`int`, no default) as integers, every other number as float (None becomes NaN), the rest text.
-_FIELDS = dataclasses.fields(RequestRecord)
+_FIELDS = [f for f in dataclasses.fields(RequestRecord) if f.name not in IN_MEMORY_FIELDS]
 RECORD_COLUMNS = [f.name for f in _FIELDS]
 INT_COLUMNS = tuple(f.name for f in _FIELDS if f.type == "int" and f.default is dataclasses.MISSING)
 FLOAT_COLUMNS = tuple(f.name for f in _FIELDS if f.name not in INT_COLUMNS

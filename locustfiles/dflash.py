@@ -13,9 +13,10 @@ closed and ladder run one user class per scenario of the profile (its weight, Lo
 open runs the arrival schedule on every worker. To write your own users, see `loadlib.LLMUser`.
 """
 
-from loadlib import RoundsUser
+from loadlib import ModeUser
 from loadlib.run.shape import ProtocolShape  # noqa: F401  (Locust picks the shape up from here)
 
 
-class ProtocolUser(RoundsUser):
-    """One stream slot: sends what the protocol's conductor assigns to it, when it says."""
+class ProtocolUser(ModeUser):
+    """One stream of the load mode: in the protocol's rounds, it sends what the driver assigns
+    to it, when it says."""

@@ -366,7 +366,7 @@ def _read_request(sock: socket.socket) -> tuple[bytes, str] | None:
 
 def send(client: ChatClient, request_id: str) -> RequestRecord:
     body = chat_body(client.settings, [{"role": "user", "content": "Write a haiku about sockets."}])
-    return client.chat(body, RequestTag(scenario="code", cell="single"), request_id)
+    return client.stream(body, RequestTag(scenario="code", cell="single"), request_id)
 
 
 def assert_normal(record: RequestRecord) -> None:

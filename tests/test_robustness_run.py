@@ -260,7 +260,7 @@ def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path, sim):
     try:
         for i in range(3):
             body = chat_body(client.settings, [{"role": "user", "content": f"Count to {i + 5}."}])
-            journal_file.append(client.chat(body, RequestTag(scenario="code", cell="single", round=i), f"r{i}"))
+            journal_file.append(client.stream(body, RequestTag(scenario="code", cell="single", round=i), f"r{i}"))
     finally:
         client.close()
         journal_file.close()

@@ -2,7 +2,7 @@
 
 A small gevent server answers each request with the script named by its `X-Request-Id`: the
 exact bytes to write, split into TCP writes, then keep the connection or close it. Every request
-must give exactly one record from `ChatClient.chat`, never an exception, never a hang (the
+must give exactly one record from `ChatClient.stream`, never an exception, never a hang (the
 client's timeout is 2 s), and never the client's own safety net ("client error: ..."), which
 would mean a payload reached a bug.
 """
@@ -114,7 +114,7 @@ def fuzz():
         request_id = f"r{len(sent)}"
         server.scripts[request_id] = script
         with gevent.Timeout(10, AssertionError(f"request {request_id} hung")):
-            record = client.chat(BODY, TAG, request_id)
+            record = client.stream(BODY, TAG, request_id)
         sent.append(record)
         assert record.request_id == request_id
         assert not (record.error or "").startswith("client error"), record.error

@@ -45,7 +45,7 @@ def test_server_default_on_the_simulator_answers_as_thinking_on_does(simulator):
     def answer(mode: str):
         client = ChatClient(sim.url, ChatSettings("sim", max_tokens=1024, thinking=mode))
         try:
-            record = client.chat(chat_body(client.settings, MESSAGES), RequestTag("code", "single"), f"r-{mode}")
+            record = client.stream(chat_body(client.settings, MESSAGES), RequestTag("code", "single"), f"r-{mode}")
         finally:
             client.close()
         assert record.error is None, record.error

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import orjson
 import pytest
 
 from loadlib.figures import protocol_tables
@@ -205,17 +206,15 @@ def test_edit_changes_the_streams_of_a_closed_run_and_the_form_refuses_a_bad_hos
             chromium_page() as page:
         page.goto(url)
         page.get_by_text("Custom parameters").click()
-        assert page.input_value("input[name=maxTokens]") == "48"  # the profile's, not the default 512
+        page.locator("input[name=model]").wait_for()
+        for name in ("maxTokens", "rounds", "concurrency", "scenarios", "thinking"):  # the profile makes them
+            assert page.locator(f"input[name={name}]").count() == 0, name
         page.fill("input[name=userCount]", "2")
         host = page.input_value("input[name=host]")
         page.fill("input[name=host]", "gpu-box:8000")
         page.get_by_role("button", name="Start").click()
         page.get_by_text("Host: expected http://HOST[:PORT]").wait_for()  # on the page, not a traceback
         page.fill("input[name=host]", host)
-        page.fill("input[name=maxTokens]", "512")
-        page.get_by_role("button", name="Start").click()
-        page.get_by_text("--max-tokens: the profile closed.toml sets it to 48").wait_for()
-        page.fill("input[name=maxTokens]", "48")
         page.get_by_role("button", name="Start").click()
         wait_for_streams(run_dir, 2)
 
@@ -225,6 +224,7 @@ def test_edit_changes_the_streams_of_a_closed_run_and_the_form_refuses_a_bad_hos
         wait_for_streams(run_dir, 4)
         page.screenshot(path=ARTIFACTS / "webui-edit-closed.png", full_page=True)
     assert "Traceback" not in (tmp_path / "locust.log").read_text()
+    assert orjson.loads((run_dir / "manifest.json").read_bytes())["protocol"]["max_tokens"] == 48
 
 
 def wait_for_streams(run_dir: Path, streams: int, timeout: float = 30.0) -> None:

@@ -1,20 +1,22 @@
 """Load modes: how requests are scheduled.
 
-`MODES` is the one registry: mode name -> `LoadMode` (its `[load]` table's schema, its driver's
-factory, and what the users and the session ask of it). A new mode is one module with its
-schema, driver and `LoadMode`, plus one line here.
+`MODES` is the one registry: mode name -> `LoadMode`, the one object that owns both halves of the
+mode (its `[load]` table's schema, its coordinator's `Driver`, and what each user runs in its
+process, `ModeState`). A new mode is one module with its schema and its `LoadMode`, plus one line
+here. `OWN_USERS` is the mode of a locustfile with users of its own (no profile asks for it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
+from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, Phase
 from loadlib.modes.closed import CLOSED
-from loadlib.modes.driver import Assignment, Driver, DriverInputs, LoadMode
 from loadlib.modes.ladder import LADDER
 from loadlib.modes.open_loop import OPEN
+from loadlib.modes.own_users import OWN_USERS
 from loadlib.modes.rounds import ROUNDS
-from loadlib.modes.search_driver import SEARCH, SearchHooks
+from loadlib.modes.search_driver import SEARCH
 from loadlib.modes.trace import TRACE
 
 if TYPE_CHECKING:
@@ -23,21 +25,15 @@ if TYPE_CHECKING:
 MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE)}
 
 
-def make_driver(profile: Profile, users: int, started_at: float, streams_in_flight: Callable[[], int],
-                search: SearchHooks | None = None, **common: Any) -> Driver:
-    """The coordinator's driver of the profile's load mode for `users` Locust users, starting at
-    `started_at` (wall clock); a free-running mode ends when `streams_in_flight()` drops to 0
-    after its last cell; the search needs the session's `search` hooks; `common` are the
-    `Driver` arguments (build_body, dispatch, capacity, flush, timings)."""
-    mode = MODES[profile.load.mode]
-    return mode.make_driver(DriverInputs(mode, profile, users, started_at, streams_in_flight, search, common))
+def mode_of(profile: Profile | None) -> LoadMode:
+    """The mode a profile asks for; without one, the locustfile's own users."""
+    return MODES[profile.load.mode] if profile is not None else OWN_USERS
 
 
-def first_users(profile: Profile | None, users: int) -> int:
-    """The users a load mode spawns before its first cell (all `users` without a profile)."""
-    if profile is None:
-        return users
-    return MODES[profile.load.mode].first_users(profile.load, users)
+def mode_named(name: str) -> LoadMode:
+    """The mode a run's configuration names: a registry key, or the locustfile's own users."""
+    return OWN_USERS if name == OWN_USERS.name else MODES[name]
 
 
-__all__ = ["MODES", "Assignment", "Driver", "LoadMode", "SearchHooks", "first_users", "make_driver"]
+__all__ = ["MODES", "OWN_USERS", "Assignment", "Coordination", "Driver", "LoadMode", "ModeState", "Phase",
+           "mode_named", "mode_of"]

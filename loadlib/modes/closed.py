@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from loadlib.modes.driver import LoadMode
-from loadlib.modes.timeline import timeline_driver
+from loadlib.modes.timeline import TimedMode
 from loadlib.scenarios import Cell, Scenario
 from loadlib.scenarios.base import level_cell_name
 from loadlib.scenarios.spec import Strict
@@ -21,8 +20,11 @@ class ClosedLoad(Strict):
     jitter_s: NonNegativeFloat = 1.0  # first requests start spread over this many seconds
 
 
-def closed_cells(load: ClosedLoad, users: int, mix: Scenario) -> list[Cell]:
-    return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s)]
+class Closed(TimedMode):
+    schema = ClosedLoad
+
+    def cells(self, load: ClosedLoad, users: int, mix: Scenario) -> list[Cell]:
+        return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s)]
 
 
-CLOSED = LoadMode(ClosedLoad, timeline_driver, cells=closed_cells)
+CLOSED = Closed()

@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
-from loadlib.modes.driver import LoadMode
-from loadlib.modes.timeline import timeline_driver
+from loadlib.modes.timeline import TimedMode
 from loadlib.scenarios import Cell, Scenario
 from loadlib.scenarios.base import level_cell_name
 from loadlib.scenarios.spec import Strict
@@ -40,11 +39,17 @@ def ladder_levels(top: int, levels: list[int] | None = None) -> list[int]:
     return out + [top]
 
 
-def ladder_cells(load: LadderLoad, users: int, mix: Scenario) -> list[Cell]:
-    return [Cell(level_cell_name(load.mode, users=level), load.mode, mix, level, duration_s=load.duration_s)
-            for level in ladder_levels(users, load.levels)]
+class Ladder(TimedMode):
+    schema = LadderLoad
+    levelled = True
+    fixed_streams = "the ladder steps its own levels; set `levels` in the profile"
+
+    def cells(self, load: LadderLoad, users: int, mix: Scenario) -> list[Cell]:
+        return [Cell(level_cell_name(load.mode, users=level), load.mode, mix, level, duration_s=load.duration_s)
+                for level in ladder_levels(users, load.levels)]
+
+    def first_users(self, load: LadderLoad, users: int) -> int:
+        return ladder_levels(users, load.levels)[0]
 
 
-LADDER = LoadMode(LadderLoad, timeline_driver, cells=ladder_cells, levelled=True,
-                  fixed_streams="the ladder steps its own levels; set `levels` in the profile",
-                  first_users=lambda load, users: ladder_levels(users, load.levels)[0])
+LADDER = Ladder()

@@ -1,22 +1,30 @@
 """Load mode `rounds`: the protocol's cells, round after round, each round's streams started together.
 
 A round is N streams that start at the same wall-clock moment and ends when all N are done.
-The conductor hands one `Assignment` per stream to the users with a common `start_at` a little
-in the future, then waits for all N records: scheduling by wall-clock time keeps the streams of
-a round together across processes.
+The driver hands one `Assignment` per stream to the users with a common `start_at` a little in
+the future, then waits for all N records: scheduling by wall-clock time keeps the streams of a
+round together across processes. Each user (the locustfile's `ModeUser`s) takes the assignments
+sent to its process, one at a time, and sends each at its start time.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import gevent
+from gevent.queue import Queue
 from pydantic import Field, PositiveInt
 
-from loadlib.modes.driver import Assignment, BodyBuilder, Driver, DriverInputs, LoadMode
-from loadlib.scenarios import COLD, Cell, build_scenarios
+from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, Phase
+from loadlib.scenarios import COLD, Cell, Job, build_scenarios
 from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
+
+if TYPE_CHECKING:
+    from loadlib.profiles import Profile
+    from loadlib.run.config import RunConfig
+    from loadlib.run.users import LLMUser
 
 DEFAULT_ROUNDS = 3  # the thread's rounds per cell
 DEFAULT_CONCURRENCY = (2, 4, 8)  # the thread's concurrent cells
@@ -28,44 +36,75 @@ class RoundsLoad(Strict):
     concurrency: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
 
 
-class Conductor(Driver):
-    """The rounds mode: plays every round of the plan in order."""
+class RoundsDriver(Driver):
+    """Plays every round of the plan in order; a cell whose users never came ends the run."""
 
-    def __init__(self, plan: list[Cell], build_body: BodyBuilder,
-                 dispatch: Callable[[list[Assignment]], None], capacity: Callable[[], int],
-                 users: int = 1, **kwargs: Any) -> None:
-        super().__init__(build_body, dispatch, capacity, users, **kwargs)
+    wants_records = True
+
+    def __init__(self, run: Coordination, users: int, plan: list[Cell]) -> None:
+        super().__init__(run, users)
         self.plan = plan
 
     def play(self) -> None:
         for cell in self.plan:
-            self.wait_for_users(cell.concurrency)
+            if not self.wait_for_users(cell.concurrency):
+                self.stopped = f"{cell.name} needs {cell.concurrency} users, {self.run.capacity()} were spawned"
+                return
             self.prepare(cell.scenario)
-            self.cell_events.fire(cell=cell, phase="start")
+            self.start_cell(cell, round=0, rounds=cell.rounds)
             for index in range(cell.rounds):
                 if cell.scenario.cache == COLD:
                     self.flush_cache()
                 self._play_round(cell, index)
-            self.cell_events.fire(cell=cell, phase="end")
+            self.end_cell(cell)
 
     def _play_round(self, cell: Cell, index: int) -> None:
-        start_at = time.time() + self.lead_time_s
+        start_at = time.time() + self.run.lead_time_s
         jobs = [cell.scenario.next(slot) for slot in range(cell.concurrency)]
-        self.phase = {"state": "running", "cell": cell.name, "case": cell.case,
-                      "concurrency": cell.concurrency, "round": index, "rounds": cell.rounds,
-                      "scenario": jobs[0].scenario if cell.case == SINGLE else None}
+        self.phase = Phase("running", cell.name, cell.case, cell.concurrency, index, cell.rounds,
+                           jobs[0].scenario if cell.case == SINGLE else None)
         self.play_batch([self.assign(job, cell, start_at, slot, index) for slot, job in enumerate(jobs)],
                         f"{cell.name} round {index}")
 
 
-def rounds_driver(run: DriverInputs) -> Conductor:
-    """The conductor of every scenario's cells at the concurrencies up to `run.users`."""
-    load = run.profile.load
-    concurrency = [n for n in load.concurrency if n <= run.users]
-    plan = [cell for scenario, _weight in build_scenarios(run.profile)
-            for cell in scenario.round_cells(concurrency, load.rounds)]
-    return Conductor(plan, users=run.users, **run.common)
+class RoundsState(ModeState):
+    """This process's assignments, waiting for a free user."""
+
+    def __init__(self) -> None:
+        self.assignments: Queue = Queue()
+
+    def take(self, assignment: Assignment) -> None:
+        self.assignments.put(assignment)
+
+    def step(self, user: "LLMUser") -> None:
+        """Sends the next assignment at its start time (one taken after its start time waited for
+        a free user: `queue_s`)."""
+        assignment: Assignment = self.assignments.get()
+        delay = assignment.start_at - time.time()
+        if delay > 0:
+            gevent.sleep(delay)
+        job = Job(assignment.tag.scenario, [], cache=assignment.cache_intended, turn=assignment.turn)
+        user.send(assignment.body, assignment.tag, request_id=assignment.request_id,
+                  scheduled_at=assignment.start_at, job=job, measured=assignment.measured, urgent=True)
 
 
-ROUNDS = LoadMode(RoundsLoad, rounds_driver, free_running=False,
-                  fixed_streams="each cell starts its N streams together, round after round")
+class Rounds(LoadMode):
+    schema = RoundsLoad
+    fixed_streams = "each cell starts its N streams together, round after round"
+
+    def user_kind(self, load: Any) -> str:
+        return "locustfile"
+
+    def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
+        """Every scenario's cells at the concurrencies up to `users`."""
+        load = profile.load
+        concurrency = [n for n in load.concurrency if n <= users]
+        plan = [cell for scenario, _weight in build_scenarios(profile)
+                for cell in scenario.round_cells(concurrency, load.rounds)]
+        return RoundsDriver(run, users, plan)
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        return RoundsState()
+
+
+ROUNDS = Rounds()

@@ -8,24 +8,27 @@ warm-up (`warmup_s`) runs before every level.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gevent
 from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, ValidationInfo, field_validator,
                       model_validator)
 
-from loadlib.modes.driver import Driver, DriverInputs, LoadMode, drain
+from loadlib.modes.arrivals import ArrivalSlots
+from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase
 from loadlib.modes.search import Search, judge, level_seed
-from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S
+from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
 from loadlib.records import records_frame
-from loadlib.scenarios import Cell, Mix, Scenario, build_scenarios
+from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
 from loadlib.scenarios.spec import Strict
 
 if TYPE_CHECKING:
-    from loadlib.profiles import Slo
+    from loadlib.profiles import Profile, Slo
+    from loadlib.run.config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +131,6 @@ class LevelSchedule:
                    default=self._first_users)
 
 
-@dataclass(frozen=True)
-class SearchHooks:
-    """What the search driver needs from the session that runs it."""
-
-    announce: Callable[[dict[str, Any]], None]  # a span's message to every process that runs users
-    records: Callable[[], Iterable[dict[str, Any]]]  # the run's records so far (the journal)
-    note: Callable[[str, Any], None]  # a key of the manifest (the session writes it)
-    settle_s: float  # how long 0 requests in flight must hold before a level's records are all in
-
-
 class SearchDriver(Driver):
     """The coordinator's side of the search mode: runs one level (its warm-up, then `duration_s`
     measured), waits for its requests to end, judges it from its records in the journal, and
@@ -148,32 +141,33 @@ class SearchDriver(Driver):
     arrivals, with `users` free users to send them.
     """
 
-    def __init__(self, load: SearchLoad, slo: Slo, mix: Scenario, users: int, started_at: float,
-                 streams_in_flight: Callable[[], int], hooks: SearchHooks, **kwargs: Any) -> None:
+    def __init__(self, run: Coordination, users: int, load: SearchLoad, slo: Slo, mix: Scenario,
+                 started_at: float) -> None:
+        super().__init__(run, users)
         top = float(users) if load.variable == "users" else float(load.max_rate or 0)
         self.search = Search(load.variable, load.start, top, load.step, load.precision, load.repeats)
-        super().__init__(users=users, **kwargs)
         self.load, self.slo, self.mix = load, slo, mix
-        self.timeline = LevelSchedule(started_at, int(self.search.start) if load.variable == "users" else users)
-        self.users = users  # -u: the users search's top, the rate search's free users
-        self.plan: list[Cell] = []
-        self.streams_in_flight = streams_in_flight
-        self.hooks = hooks
+        self.timeline = LevelSchedule(started_at, search_first_users(load, users))
+
+    def users_wanted(self, now: float) -> int:
+        return self.timeline.users_wanted(now)
 
     def play(self) -> None:
+        if self.mix.cache == COLD:
+            self.flush_cache()
         start = self.timeline.started_at
         while (step := self.search.next_step()) is not None:
             cell = self._run_level(step.value, step.cell, start)
-            self.phase = {**self.phase, "search": f"judging {cell.name}; {self.search.progress()}"}
-            records = (record for record in self.hooks.records() if record["cell"] in step.cells)
+            self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
+            records = (record for record in self.run.records() if record["cell"] in step.cells)
             judgement = judge(records_frame(records), self.slo, level_seed(step.cells))
             self.search.record(step, judgement)
             log.info("search: %s %s (pass share %.2f, %d requests)", cell.name, judgement.verdict,
                      judgement.pass_share, judgement.n)
-            self.hooks.note(CASE, self.search.result(self.slo))
+            self.run.note(CASE, self.search.result(self.slo))
             start = time.time() + LEVEL_LEAD_S
         log.info("search: best %s (%s)", self.search.best, self.search.stopped)
-        self.hooks.note(CASE, self.search.result(self.slo))
+        self.run.note(CASE, self.search.result(self.slo))
 
     def _run_level(self, value: float, name: str, start: float) -> Cell:
         """Announces the level's warm-up and measured spans, plays them, and waits until its
@@ -189,24 +183,17 @@ class SearchDriver(Driver):
         spans.append(Span(cell, measured_start, measured_start + self.load.duration_s, number + len(spans), rate))
         for span in spans:
             self.timeline.add(span)
-            self.hooks.announce(span.to_message())
+            self.run.announce(span.to_message())
         self.plan.append(cell)
-        self.phase = {"state": "running", "cell": name, "case": CASE, "concurrency": concurrency,
-                      "duration_s": spans[-1].end - start, "started_at": start,
-                      "search": f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}"}
+        note = f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}"
+        self.phase = Phase("running", name, CASE, concurrency, duration_s=spans[-1].end - start, started_at=start,
+                           note=note)
         gevent.sleep(max(measured_start - time.time(), 0.0))
-        self.cell_events.fire(cell=cell, phase="start")
+        self.run.cell_events.fire(cell=cell, phase="start")
         gevent.sleep(max(spans[-1].end - time.time(), 0.0))
-        drain(self.streams_in_flight, time.time() + self.request_timeout_s + 5, self.hooks.settle_s)
-        self.cell_events.fire(cell=cell, phase="end")
+        self.drain(time.time() + self.run.request_timeout_s + 5)
+        self.end_cell(cell)
         return cell
-
-
-def search_driver(run: DriverInputs) -> SearchDriver:
-    assert run.search is not None, "the search mode needs the session's hooks"
-    mix = Mix(build_scenarios(run.profile), run.profile.seed)
-    return SearchDriver(run.profile.load, run.profile.slo, mix, run.users, run.started_at, run.streams_in_flight,
-                        run.search, **run.common)
 
 
 def search_first_users(load: SearchLoad, users: int) -> int:
@@ -214,7 +201,58 @@ def search_first_users(load: SearchLoad, users: int) -> int:
     return min(int(load.start), users) if load.variable == "users" else users
 
 
-SEARCH = LoadMode(SearchLoad, search_driver, first_users=search_first_users, levelled=True,
-                  fixed_streams="the search chooses each level from the verdicts so far",
-                  sends_arrivals=lambda load: load.variable == "rate")
+class LevelledStreams(ScenarioStreams):
+    """The users' half of a users search: the scenarios' streams, labelled with the level
+    announced for their send time; a stream above the level idles."""
+
+    def __init__(self, schedule: LevelSchedule, mix: Scenario, jitter_s: float) -> None:
+        super().__init__(schedule, jitter_s, levelled=True)
+        self.mix = mix
+
+    def on_message(self, data: dict[str, Any]) -> None:
+        self.cells.add(Span.from_message(data, self.mix))
+
+
+class LevelledArrivals(ArrivalSlots):
+    """The users' half of a rate search: free users, and for each level announced this
+    process's share of its arrivals (seeded by the level's place, alike on every process)."""
+
+    def __init__(self, schedule: LevelSchedule, mix: Scenario, users: int, share: tuple[int, int],
+                 seed: int, arrival: str) -> None:
+        super().__init__(mix, users, share)
+        self.schedule, self.seed, self.arrival = schedule, seed, arrival
+
+    def on_message(self, data: dict[str, Any]) -> None:
+        span = Span.from_message(data, self.mix)
+        self.schedule.add(span)
+        gevent.spawn(self.feed_rate, span.start, span.end, span.rate_rps, self.arrival,
+                     random.Random(f"{self.seed}/{span.number}"), random.Random(f"{self.seed}/{span.number}/picks"),
+                     lambda _at: span.cell)
+
+
+class SearchMode(LoadMode):
+    schema = SearchLoad
+    fixed_streams = "the search chooses each level from the verdicts so far"
+
+    def user_kind(self, load: SearchLoad) -> str:
+        return "free_slots" if load.variable == "rate" else "per_scenario"
+
+    def first_users(self, load: SearchLoad, users: int) -> int:
+        return search_first_users(load, users)
+
+    def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
+        mix = Mix(build_scenarios(profile), profile.seed)
+        return SearchDriver(run, users, profile.load, profile.slo, mix, started_at)
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        profile = config.profile
+        load: SearchLoad = profile.load
+        mix = Mix(build_scenarios(profile), profile.seed)
+        schedule = LevelSchedule(config.started_at, search_first_users(load, config.users))
+        if load.variable == "rate":
+            return LevelledArrivals(schedule, mix, config.users, share, profile.seed, load.arrival)
+        return LevelledStreams(schedule, mix, load.jitter_s)
+
+
+SEARCH = SearchMode()
 CASE = SEARCH.name  # the case of its cells, and its key in the manifest

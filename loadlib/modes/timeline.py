@@ -1,7 +1,7 @@
 """What the free-running load modes (closed, ladder, open, trace; the search in its own way) share.
 
-They run where the users are (the local process, or each Locust worker); the coordinating process
-only keeps time. A run's cells follow each other on the wall clock from the run's start, which the
+Their requests are sent where the users are (the local process, or each Locust worker); the
+coordinating process only keeps time. A run's cells follow each other on the wall clock from the run's start, which the
 coordinator announces once per run, so every process reads the same `Timeline` and knows which cell
 a request belongs to without asking anyone. A warm-up (`warmup_s`) first runs the same load as an
 unmeasured "warmup" cell.
@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+import random
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 
-from loadlib.modes.driver import Driver, DriverInputs, LoadMode, drain
-from loadlib.scenarios import Cell, Mix, Scenario, build_scenarios
+from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState
+from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
+from loadlib.wire.client import RequestTag
+
+if TYPE_CHECKING:
+    from loadlib.profiles import Profile
+    from loadlib.run.config import RunConfig
+    from loadlib.run.users import LLMUser, ScenarioUser
 
 ERROR_PAUSE_S = 0.5  # a closed-loop stream pauses after a failure instead of spinning on it
 SHAPE_LOOKAHEAD_S = 1.5  # Locust's shape ticks once a second: spawn a level's users before it starts
@@ -84,36 +91,85 @@ class Timeline:
 
 class TimedDriver(Driver):
     """The coordinator's side of a free-running mode: the cells' start and end as time passes
-    (for the phase shown live, the server's per-cell scrapes and the end of the test)."""
+    (for the phase shown live, the server's per-cell scrapes and the end of the test); a cold mix
+    has the prefix cache flushed before any request."""
 
-    def __init__(self, timeline: Timeline, streams_in_flight: Callable[[], int], **kwargs: Any) -> None:
-        super().__init__(users=timeline.cells[0].concurrency, **kwargs)
+    def __init__(self, run: Coordination, users: int, timeline: Timeline, cold: bool) -> None:
+        super().__init__(run, users)
         self.timeline = timeline
         self.plan = list(timeline.cells)
-        self.streams_in_flight = streams_in_flight
+        self.cold = cold
 
     def play(self) -> None:
+        if self.cold:
+            self.flush_cache()
         for cell, start, end in self.timeline.bounds():
             gevent.sleep(max(start - time.time(), 0.0))
-            self.users_wanted = cell.concurrency
-            self.cell_events.fire(cell=cell, phase="start")
-            self.phase = {"state": "running", "cell": cell.name, "case": cell.case,
-                          "concurrency": cell.concurrency, "duration_s": cell.duration_s, "started_at": start}
+            self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
             gevent.sleep(max(end - time.time(), 0.0))
             if cell is self.timeline.cells[-1]:
-                drain(self.streams_in_flight, time.time() + self.request_timeout_s + 5)
-            self.cell_events.fire(cell=cell, phase="end")
+                self.drain(time.time() + self.run.request_timeout_s + 5)
+            self.end_cell(cell)
+
+    def users_wanted(self, now: float) -> int:
+        return self.timeline.users_wanted(now)
 
 
-def free_running_cells(mode: LoadMode, load: Any, users: int, mix: Scenario) -> list[Cell]:
+class ScenarioStreams(ModeState):
+    """The users' half of a mode whose users are its scenarios' closed-loop streams (one Locust
+    user class per scenario, by weight): each request is labelled with the cell running at its
+    send time; in a levelled mode (ladder, a users search) a stream above the level idles."""
+
+    def __init__(self, cells: CellSource, jitter_s: float, levelled: bool) -> None:
+        self.cells = cells
+        self.jitter_s = jitter_s
+        self.levelled = levelled
+
+    def on_start(self, user: "LLMUser") -> None:
+        gevent.sleep(random.uniform(0.0, self.jitter_s))  # first requests spread, not one burst
+
+    def step(self, user: "ScenarioUser") -> None:
+        now = time.time()
+        cell = self.cells.cell_at(now)
+        if cell is None or (self.levelled and user.stream >= cell.concurrency):
+            gevent.sleep(max(min(self.cells.next_change(now) - now, 0.5), 0.01))
+            return  # the run is over, or this stream's level has not begun
+        job = user.scenario.next(user.stream)
+        tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=user.stream)
+        record = user.send(user.body_of(job), tag, job=job, measured=cell.name != WARMUP)
+        user.scenario.observe(job, record.to_dict())
+        if record.error:
+            gevent.sleep(ERROR_PAUSE_S)  # a failing server is not hammered in a tight loop
+
+
+def free_running_cells(mode: "TimedMode", load: Any, users: int, mix: Scenario) -> list[Cell]:
     """The cells of a mode with a fixed timeline, in the order they run: the warm-up, then the
-    mode's measured cells (its registry entry's `cells`)."""
-    assert mode.cells is not None, f"{mode.name} has no fixed timeline"
+    mode's measured cells."""
     return with_warmup(mode.cells(load, users, mix), mode.name, getattr(load, "warmup_s", 0.0))
 
 
-def timeline_driver(run: DriverInputs) -> TimedDriver:
-    """The coordinator's side of a mode with a fixed timeline, starting at `run.started_at`."""
-    mix = Mix(build_scenarios(run.profile), run.profile.seed)
-    cells = free_running_cells(run.mode, run.profile.load, run.users, mix)
-    return TimedDriver(Timeline(tuple(cells), run.started_at), run.streams_in_flight, **run.common)
+class TimedMode(LoadMode):
+    """A mode whose cells follow each other on a fixed timeline (closed, ladder, open, trace):
+    a subclass says which `cells` it measures; its users are its scenarios' streams unless it
+    overrides `begin` and `user_kind`."""
+
+    levelled = False  # a cell's concurrency caps its streams (a user above the level idles)
+
+    def cells(self, load: Any, users: int, mix: Scenario) -> list[Cell]:
+        raise NotImplementedError
+
+    def mix(self, profile: "Profile", config: "RunConfig | None" = None) -> Scenario:
+        """What its requests draw from: the profile's scenarios by weight."""
+        return Mix(build_scenarios(profile), profile.seed)
+
+    def timeline(self, profile: "Profile", users: int, started_at: float, mix: Scenario) -> Timeline:
+        return Timeline(tuple(free_running_cells(self, profile.load, users, mix)), started_at)
+
+    def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
+        mix = self.mix(profile)
+        return TimedDriver(run, users, self.timeline(profile, users, started_at, mix), mix.cache == COLD)
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        profile = config.profile
+        timeline = self.timeline(profile, config.users, config.started_at, self.mix(profile, config))
+        return ScenarioStreams(timeline, getattr(profile.load, "jitter_s", 0.0), self.levelled)

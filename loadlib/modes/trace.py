@@ -23,16 +23,23 @@ import io
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import gevent
 
 import orjson
 from pydantic import PositiveFloat, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from loadlib.modes.driver import LoadMode
-from loadlib.modes.timeline import timeline_driver
+from loadlib.modes.arrivals import Arrival, ArrivalSlots
+from loadlib.modes.base import ModeState
+from loadlib.modes.timeline import TimedMode
 from loadlib.scenarios.base import ANY, WARM, Cell, Job, Scenario, Send, level_cell_name
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
 from loadlib.scenarios.spec import Strict, beside_the_profile
+
+if TYPE_CHECKING:
+    from loadlib.profiles import Profile
+    from loadlib.run.config import RunConfig
 
 BLOCK_TOKENS = 512  # mooncake's hash block
 ASK = "\n\nSummarise the lines above."
@@ -228,10 +235,52 @@ class TraceLoad(Strict):
         return self._requests[-1].at_s / self.speedup
 
 
-def trace_cells(load: TraceLoad, users: int, mix: Scenario) -> list[Cell]:
-    """One cell; its last request is sent at the end of the cell's time, so one more second."""
-    return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s + 1.0)]
+class Trace(TimedMode):
+    schema = TraceLoad
+    fixed_streams = "the trace's timestamps send its requests, not a number of streams"
+
+    def user_kind(self, load: Any) -> str:
+        return "free_slots"
+
+    def cells(self, load: TraceLoad, users: int, mix: Scenario) -> list[Cell]:
+        """One cell; its last request is sent at the end of the cell's time, so one more second."""
+        return [Cell(level_cell_name(load.mode), load.mode, mix, users, duration_s=load.duration_s + 1.0)]
+
+    def mix(self, profile: "Profile", config: "RunConfig | None" = None) -> Scenario:
+        """The trace's prompts, salted alike on every process of a run and anew for every run."""
+        return TracePrompts(salt=f"{config.started_at:.6f}" if config is not None else "")
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        """Free users, and one greenlet sending this process's share of the trace's lines (i =
+        its index mod processes) at their times, but the lines longer than the model's context."""
+        load: TraceLoad = config.profile.load
+        prompts = self.mix(config.profile, config)
+        timeline = self.timeline(config.profile, config.users, config.started_at, prompts)
+        slots = ArrivalSlots(prompts, config.users, share)
+        context = config.context_tokens
+
+        def due() -> Any:
+            for number, request in enumerate(load.requests):
+                if slots.mine(number) and (context is None or request.input_tokens + request.output_tokens <= context):
+                    yield Arrival(timeline.started_at + request.at_s / load.speedup, timeline.cells[-1], prompts,
+                                  number % config.users, request)
+
+        def feed() -> None:
+            slots.put_when_due(due())
+            slots.close()
+        gevent.spawn(feed)
+        return slots
+
+    def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
+        """The lines that ask for more than the model's context, which every process leaves out."""
+        load = profile.load
+        if context_tokens is None:
+            return {}
+        skipped = sum(1 for r in load.requests if r.input_tokens + r.output_tokens > context_tokens)
+        if not skipped:
+            return {}
+        return {"trace_skipped": f"{skipped} of {len(load.requests)} trace lines ask for more than the model's "
+                                 f"context ({context_tokens} tokens, from /v1/models): skipped"}
 
 
-TRACE = LoadMode(TraceLoad, timeline_driver, cells=trace_cells, sends_arrivals=lambda load: True,
-                 fixed_streams="the trace's timestamps send its requests, not a number of streams")
+TRACE = Trace()

@@ -21,6 +21,7 @@ from loadlib.figures.goodput import GoodputSlo, goodput_slo
 from loadlib.report import protocol as summary
 from loadlib.report import sections, server_view
 from loadlib.report.document import Section
+from loadlib.report.lost_workers import lost_workers_section
 from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
 
 
@@ -87,6 +88,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: sections.cache_section(scenario_tables.cache_state_table(run.df))),
     Entry(lambda run: sections.turn_section(scenario_tables.turn_table(run.df))),
     Entry(lambda run: sections.client_watch_section(run.manifest)),
+    Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
     # the report's own, after the summary

@@ -1,6 +1,6 @@
 """A run's inputs, checked before anything starts: the profile (or the protocol from the
-command-line options), options that a profile or a locustfile's own users make meaningless, the
-run directory, and the request settings. A bad one is one line on stderr and exit code 2."""
+command-line options), options that a profile or a locustfile's own users make meaningless, and
+the run directory. A bad one is one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
@@ -14,15 +14,11 @@ from loadlib.modes.rounds import ROUNDS
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.run import options
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
-from loadlib.wire.client import ChatSettings
 
 
 def run_profile(opts: Any) -> Profile:
     """The run's profile: the `--profile` file, or the protocol from the command-line options.
-
-    A profile's settings then stand in the options (the manifest and the request defaults read
-    them there). Raises `ProfileError` (one line) when it cannot be used.
-    """
+    Raises `ProfileError` (one line) when it cannot be used. The options are left as they are."""
     if not opts.profile:
         unknown = [name for name in opts.scenarios if name not in PROTOCOL_PROMPTS]
         if unknown:
@@ -31,12 +27,18 @@ def run_profile(opts: Any) -> Profile:
             "request": {"max_tokens": opts.max_tokens, "thinking": opts.thinking},
             "load": {"mode": ROUNDS.name, "rounds": opts.rounds, "concurrency": opts.concurrency},
             "scenarios": {"protocol": {"single": opts.scenarios}}})
-    profile = load_profile(opts.profile)
-    opts.max_tokens, opts.thinking = profile.request.max_tokens, profile.request.thinking
-    if profile.load.mode == ROUNDS.name:
-        opts.rounds, opts.concurrency = profile.load.rounds, profile.load.concurrency
-    opts.scenarios = [name for spec in profile.scenarios.values() if spec.kind == "protocol" for name in spec.single]
-    return profile
+    return load_profile(opts.profile)
+
+
+def profile_settings(profile: Profile) -> dict[str, Any]:
+    """The values of the options a profile sets itself (`options.PROFILE_SETTINGS`), as the
+    profile has them: a rounds profile's rounds and concurrency, its protocol scenarios, its
+    request defaults; None where its mode has no such setting."""
+    load = profile.load
+    return {"rounds": getattr(load, "rounds", None), "concurrency": getattr(load, "concurrency", None),
+            "max_tokens": profile.request.max_tokens, "thinking": profile.request.thinking,
+            "scenarios": [name for spec in profile.scenarios.values() if spec.kind == "protocol"
+                          for name in spec.single] or None}
 
 
 def refuse_profile_settings(opts: Any) -> None:
@@ -57,11 +59,6 @@ def refuse_load_mode_options(opts: Any) -> None:
     if str(opts.profile or "").endswith(".toml"):
         raise ProfileError(f"--profile {opts.profile}: profiles run with locustfiles/dflash.py; "
                            "this locustfile runs its own users")
-
-
-def request_settings(opts: Any, model: str, api_key: str | None) -> ChatSettings:
-    return ChatSettings(model=model, max_tokens=opts.max_tokens, thinking=opts.thinking,
-                        api_key=api_key, timeout_s=opts.request_timeout, verify_tls=not opts.insecure)
 
 
 def api_key_of(opts: Any) -> str | None:

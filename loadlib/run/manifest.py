@@ -17,6 +17,9 @@ from typing import Any
 import orjson
 import psutil
 
+from loadlib.run.config import RunConfig
+from loadlib.run.inputs import profile_settings
+
 MANIFEST_FILE = "manifest.json"
 _SECRET_FLAGS = ("--api-key",)
 
@@ -39,21 +42,24 @@ def redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def build_manifest(opts: Any, target: str, model: str, builtin_simulator: Any = None,
-                   plan: list[Any] | None = None) -> dict[str, Any]:
+def build_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan: list[Any]) -> dict[str, Any]:
+    """What the run measures, from its configuration (the request defaults, the profile), the
+    options it was started with and the target it sends to."""
+    profile = config.profile
     return {
         "tool": {"name": "uni-locust", "version": _version("uni-locust"),
                  "locust": _version("locust"), "python": platform.python_version()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": redacted_argv(sys.argv),
-        "target": {"url": target, "builtin_simulator": builtin_simulator is not None,
-                   "simulator_args": getattr(opts, "sim_args", "") if builtin_simulator else None},
-        "model": model,
+        "target": target,
+        "model": config.settings.model,
         "protocol": {
-            "rounds": opts.rounds, "max_tokens": opts.max_tokens, "temperature": 0.0,
-            "thinking": opts.thinking, "concurrency": sorted({c.concurrency for c in plan or [] if c.concurrency > 1}),
-            "scenarios": list(opts.scenarios), "users": opts.num_users,
-            "processes": getattr(opts, "processes", None),
+            "rounds": getattr(profile.load, "rounds", None) if profile is not None else None,
+            "max_tokens": config.settings.max_tokens, "temperature": config.settings.temperature,
+            "thinking": config.settings.thinking,
+            "concurrency": sorted({c.concurrency for c in plan if c.concurrency > 1}),
+            "scenarios": (profile_settings(profile)["scenarios"] or []) if profile is not None else [],
+            "users": opts.num_users, "processes": getattr(opts, "processes", None), "mode": config.mode,
         },
         "client": client_host(),
     }

@@ -8,7 +8,10 @@ with argparse's one-line error (exit code 2).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import socket
+import sys
+from typing import Any, Mapping
 
 from loadlib.modes import rounds
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
@@ -18,6 +21,22 @@ from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 DEFAULT_CONCURRENCY = ",".join(map(str, rounds.DEFAULT_CONCURRENCY))  # as typed on the command line
 DEFAULT_SCENARIOS = ",".join(SINGLE_STREAM_SCENARIOS)
 DEFAULT_ROUNDS = rounds.DEFAULT_ROUNDS
+
+
+def local_processes(argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether this command runs a master and its workers together (`--processes`) with no port
+    named for them: the run then takes a free loopback port of its own."""
+    def given(flag: str) -> bool:
+        return any(arg == flag or arg.startswith(flag + "=") for arg in argv) or \
+            f"LOCUST_{flag[2:].upper().replace('-', '_')}" in environ
+    return given("--processes") and not any(given(flag) for flag in ("--worker", "--master-port",
+                                                                        "--master-bind-port"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def positive_int(text: str) -> int:
@@ -77,6 +96,9 @@ LOAD_MODE_OPTIONS = ("rounds", "concurrency", "scenarios")  # meaningless for a 
 def add_arguments(parser: Any) -> None:
     """Adds the tool's options to Locust's (configargparse) parser."""
     parser.set_defaults(web_host="127.0.0.1")  # servers this tool starts bind loopback unless told
+    if local_processes(sys.argv[1:], os.environ):
+        port = free_port()  # two such runs on one machine must not join each other (Locust's 5557)
+        parser.set_defaults(master_bind_host="127.0.0.1", master_bind_port=port, master_port=port)
     group = parser  # Locust's own add_argument (not a group's) knows include_in_web_ui
     group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
     group.add_argument("--api-key", default="", include_in_web_ui=False,

@@ -1,9 +1,9 @@
 """What each Locust process of a run holds for its users, and how records leave it.
 
-Every process that runs users (the local runner, each worker) has one `ProcessRun`: the request
-settings, what the coordinator announced for the current test (`RunSpec`: model, load mode, the
-free-running timeline, the worker's share), the rounds assignments waiting for a user, the
-self-watch, and the `RecordSink` where each finished record goes. Users reach it through
+Every process that runs users (the local runner, each worker) has one `ProcessRun`: the current
+test's `RunConfig` (from the coordinator), its load mode's users' half (`ModeState`: what the
+users' tasks do), the scenarios prepared for it, the self-watch, and the `RecordSink` where each
+finished record goes. Users reach it through
 `process_run(environment)`: a typed object, not attributes hung on Locust's environment.
 
 A local runner's sink hands each record to the session, which writes it to the journal at once. A
@@ -19,59 +19,27 @@ from __future__ import annotations
 import gc
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import gevent
-from gevent.queue import Queue
+from gevent.event import Event
 from locust.env import Environment
 
 from loadlib.figures import live as live_figures
+from loadlib.modes import ModeState
 from loadlib.records import RequestRecord
+from loadlib.run.config import RunConfig
 from loadlib.run.selfwatch import SelfWatch
+from loadlib.scenarios import Scenario
 from loadlib.wire.client import ChatSettings
 
 RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight": int, "live": dict | None}
-RUN_MESSAGE = "uni:run"  # master -> workers: the RunSpec, once per test
-LEVEL_MESSAGE = "uni:level"  # master -> workers: a search level's span (loadlib.modes.search_driver.Span), as it is chosen
+CONFIG_MESSAGE = "uni:config"  # master -> workers: the RunConfig, once per test
+MODE_MESSAGE = "uni:mode"  # master -> workers: a load mode's announcement to its ModeState
+ASSIGN_MESSAGE = "uni:assign"  # master -> one worker: assignments (Assignment.to_message) for its users
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
 LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What the coordinator announces at each test start, the same for every process."""
-
-    mode: str  # a key of loadlib.modes.MODES, or "locust" (the locustfile's own users)
-    model: str
-    max_tokens: int  # the run's request defaults (a profile's [request] included)
-    thinking: Any
-    started_at: float  # wall clock: where a free-running timeline starts
-    users: int  # the -u the run was asked for
-    profile: dict[str, Any] | None = None  # the resolved profile (free-running modes)
-    workers: list[str] = field(default_factory=list)  # worker ids in share order (distributed runs)
-    context_tokens: int | None = None  # the model's context, where /v1/models says (a trace skips longer lines)
-
-    def to_message(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_message(cls, data: dict[str, Any]) -> "RunSpec":
-        return cls(**data)
-
-
-def dispatch_order(worker_ids: list[str]) -> list[str]:
-    """Worker ids in the order Locust's users dispatcher hands them users (`UsersDispatcher.
-    _sort_workers`: by id, then the n-th worker of every host before any (n+1)-th), so that a
-    worker's share index is where its users fall among all the streams."""
-    within_host: dict[str, int] = {}
-    rank = {}
-    for worker_id in sorted(worker_ids):
-        host = worker_id.split("_")[0]
-        rank[worker_id] = within_host.get(host, 0)
-        within_host[host] = rank[worker_id] + 1
-    return sorted(worker_ids, key=lambda worker_id: (rank[worker_id], worker_id))
 
 
 class RecordSink:
@@ -129,36 +97,59 @@ class WorkerSink(RecordSink):
                 self.flush(live)
 
 
+class PreparedScenarios:
+    """This process's scenarios for the current test, each primed and calibrated once: by the
+    first user that asks for it; the others wait until it is ready."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, tuple[Scenario, Event]] = {}
+
+    def get(self, key: Hashable, build: Callable[[], Scenario], prepare: Callable[[Scenario], None]) -> Scenario:
+        if key not in self._entries:
+            ready = Event()
+            scenario = build()
+            self._entries[key] = (scenario, ready)
+            try:
+                prepare(scenario)
+            finally:
+                ready.set()
+        scenario, ready = self._entries[key]
+        ready.wait()
+        return scenario
+
+
 class ProcessRun:
     """One process's share of the run; see the module docstring."""
 
     def __init__(self, environment: Environment, settings: ChatSettings, sink: RecordSink,
                  watch: SelfWatch) -> None:
         self.environment = environment
-        self.settings = settings
+        self.settings = settings  # before any test: the options' (a locustfile's users may be made early)
         self.sink = sink
         self.watch = watch
-        self.assignments: Queue = Queue()  # rounds mode: what the conductor wants sent here
-        self.spec: RunSpec | None = None
-        self.state: dict[Any, Any] = {}  # per-test state of the users' classes (scenarios, schedules)
+        self.config: RunConfig | None = None
+        self.mode_state: ModeState | None = None
+        self.scenarios = PreparedScenarios()
         self._slots: set[int] = set()
 
-    def start(self, spec: RunSpec) -> None:
-        """A test starts here: the spec applies from now, per-test state starts afresh."""
-        self.spec = spec
-        self.settings = ChatSettings(**{**asdict(self.settings), "model": spec.model,
-                                        "max_tokens": spec.max_tokens, "thinking": spec.thinking})
-        self.state = {}
+    def start(self, config: RunConfig) -> None:
+        """A test starts here: its configuration applies from now, its mode's users' half and its
+        scenarios start afresh."""
+        self.config = config
+        self.settings = config.settings
+        self.scenarios = PreparedScenarios()
+        self.mode_state = config.load_mode.begin(config, self.worker_share)
+
+    @property
+    def users(self) -> int:
+        return self.config.users if self.config is not None else 1
 
     @property
     def worker_share(self) -> tuple[int, int]:
         """(this process's index, processes running users) for splitting shared work."""
-        runner = self.environment.runner
-        my_id = getattr(runner, "client_id", None)
-        workers = self.spec.workers if self.spec is not None else []
-        if my_id in workers:
-            return workers.index(my_id), len(workers)
-        return 0, 1
+        if self.config is None:
+            return 0, 1
+        return self.config.share(getattr(self.environment.runner, "client_id", None))
 
     def take_slot(self) -> int:
         """The lowest user slot of this process that no running user holds (a user stopped by a

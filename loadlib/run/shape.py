@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from locust.shape import LoadTestShape
 
-from loadlib.run.session import session_of
+from loadlib.run.wiring import session_of
 
 
 class ProtocolShape(LoadTestShape):
@@ -21,7 +21,7 @@ class ProtocolShape(LoadTestShape):
         if session is None:
             users = opts.num_users or 1
             return users, float(users)
-        driver = session.conductor
+        driver = session.driver
         # A driver from an earlier test (the web UI starts again) is finished and summarized.
         if driver is not None and driver.finished.is_set() and not session.summarized:
             return None

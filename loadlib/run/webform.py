@@ -5,8 +5,9 @@ Locust's `/swarm` handler is wrapped (its view function replaced by one that cal
   bad value is one line on the form ("--rounds: must be at least 1, got 0");
 - a Host that is not `http(s)://HOST[:PORT]` is refused on the form, never a traceback in the log
   and a UI stuck in SPAWNING;
-- with a profile, the form shows the profile's settings, and a different value for one of them is
-  refused rather than silently replacing the profile's;
+- with a profile, the form leaves out the settings the profile makes (rounds, concurrency,
+  scenarios, max tokens, thinking: they are changed in the profile), and a value typed for one of
+  them beside a profile named in the form is refused rather than silently replacing the profile's;
 - Edit during a run changes the streams of a closed-loop run (the load shape picks the new count
   up at its next tick); in the rounds, ladder and open modes the plan fixes the streams, and the
   form says so at once. A locustfile's own users are Locust's to edit, as always.
@@ -24,10 +25,9 @@ from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 from werkzeug.datastructures import ImmutableMultiDict
 
-from loadlib.modes import MODES
 from loadlib.profiles import ProfileError
 from loadlib.run import options
-from loadlib.run.inputs import run_profile
+from loadlib.run.inputs import profile_settings, run_profile
 from loadlib.wire.connection import Endpoint
 
 
@@ -70,11 +70,14 @@ def _with_edit_notice(locust_index: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def _show_current_settings(extra_options: dict[str, dict[str, Any]], opts: Any) -> None:
-    """The form's fields show the settings the run will use (a profile's, once it is loaded),
-    not the command line's defaults."""
+    """The form shows the settings the run will use: the options' values, or with a profile none
+    of the settings it makes itself."""
     for name in options.PROFILE_SETTINGS:
         if name in extra_options:
-            extra_options[name]["default_value"] = _form_text(getattr(opts, name))
+            if opts.profile:
+                del extra_options[name]
+            else:
+                extra_options[name]["default_value"] = _form_text(getattr(opts, name))
 
 
 def _form_text(value: Any) -> str:
@@ -119,9 +122,9 @@ def _checked_swarm(environment: Environment, session: Any, locust_view: Callable
 def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
     """Edit during a run of a load mode: a closed run's streams change; elsewhere, why not."""
     mode = session.mode
-    fixed = MODES[mode].fixed_streams if mode in MODES else ""
+    fixed = mode.fixed_streams
     if fixed:
-        message = (f"Edit cannot change the streams of a {mode} run: its plan fixes them "
+        message = (f"Edit cannot change the streams of a {mode.name} run: its plan fixes them "
                    f"({fixed}). Stop it and start a new test instead.")
         return jsonify({"success": False, "edit_refused": True, "message": message, "host": session.environment.host})
     try:
@@ -142,13 +145,14 @@ def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | 
     probe = copy.copy(opts)
     probe.profile = profile_file
     try:
-        run_profile(probe)  # the profile's settings, as the run would take them
+        settings = profile_settings(run_profile(probe))  # the profile's settings, as the run would take them
     except ProfileError as exc:
         return str(exc)
-    for name in options.PROFILE_SETTINGS:
-        if name in submitted and submitted[name] != getattr(probe, name):
-            return (f"--{name.replace('_', '-')}: the profile {profile_file} sets it to "
-                    f"{_form_text(getattr(probe, name))}; change it in the profile, not in the form")
+    for name, default in options.PROFILE_SETTINGS.items():
+        if name in submitted and submitted[name] not in (default, settings[name]):
+            made = f"sets it to {_form_text(settings[name])}" if settings[name] is not None else "has no such setting"
+            return (f"--{name.replace('_', '-')}: the profile {profile_file} {made}; change it in the profile, "
+                    "not in the form")
     return None
 
 

@@ -8,7 +8,7 @@ table, so the charts live on a small self-contained page at `/uni/` (plain JS an
 Every figure comes from the tables the post-processor renders (`loadlib.figures`: the protocol's
 tables, TTFT percentiles, failures, prefill/cache, steady-state and timeline tables) applied to
 the records that the run's session holds; on a master those are every worker's records. The
-report is the end-of-run summary's own `analysis.render_summary`.
+report is the end-of-run summary's own `loadlib.report.summary.render_summary`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from locust.env import Environment
 
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
-from loadlib.modes.rounds import ROUNDS
+from loadlib.modes import Phase
+from loadlib.modes.own_users import OWN_CASE  # the phase and case of a locustfile's own users
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
 from loadlib.report import text
-from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, thinking_phrase
+from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase
 from loadlib.report.summary import render_summary
 from loadlib.run import webform
-from loadlib.run.users import CUSTOM_CASE  # the phase and case of a locustfile's own users
 from loadlib.scenarios.base import SINGLE
 
 log = logging.getLogger(__name__)
@@ -137,17 +137,17 @@ class LiveFigures:
     def view(self) -> dict[str, Any]:
         """Phase, settings, table rows and chart series, as JSON-ready values."""
         session, state = self.session, self.environment.runner.state
-        conductor = session.conductor
-        phase = dict(conductor.phase) if conductor is not None else {}
-        plan = list(getattr(conductor, "plan", []))
-        frame, slots, figures, series = self._figures(conductor, plan)
+        driver = session.driver
+        phase = driver.phase if driver is not None else Phase()
+        plan = list(driver.plan) if driver is not None else []
+        frame, slots, figures, series = self._figures(driver, plan)
         current = _current_index(plan, phase)
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
         live = session.live.series()
         origin = series["origin"] if series["origin"] is not None else (live["at"][0] if live["at"] else 0.0)
-        search = f" · search: {phase['search']}" if phase.get("search") else ""  # the capacity search's bracket
-        live_now = _live_text(session.live) if phase.get("state") != "finished" else ""
+        search = f" · search: {phase.note}" if phase.note else ""  # the capacity search's bracket
+        live_now = _live_text(session.live) if phase.state != "finished" else ""
         return {"phase": _phase_text(session, slots, len(plan), phase, current, state) + search + live_now,
                 "state": state, "settings": _settings_text(self.environment, session, plan, frame),
                 "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
@@ -165,11 +165,11 @@ class LiveFigures:
                 *unbroken,
                 {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank}]
 
-    def _figures(self, conductor: Any, plan: list[Any]
+    def _figures(self, driver: Any, plan: list[Any]
                  ) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]]:
         """The records' frame, the rows and their figures, the chart series: recomputed only when
         records arrive."""
-        key = (self.session.record_count, id(conductor))
+        key = (self.session.record_count, id(driver))
         if self._cached is None or key != self._key:
             frame = records_frame(self.session.records)
             slots = _slots(plan, frame)
@@ -319,42 +319,45 @@ def _rounded(values: pd.Series) -> list[float]:
     return [round(float(v), 3) for v in values.fillna(0.0)]
 
 
-def _current_index(plan: list[Any], phase: dict[str, Any]) -> int | None:
-    """Which cell of the plan the conductor is playing (single-stream cells differ by scenario)."""
+def _current_index(plan: list[Any], phase: Phase) -> int | None:
+    """Which cell of the plan the driver is playing (single-stream cells differ by scenario)."""
     for index, cell in enumerate(plan):
-        if cell.name == phase.get("cell") and (cell.case != SINGLE
-                                               or cell.prompts[0] == phase.get("scenario")):
+        if cell.name == phase.cell and (cell.case != SINGLE or cell.prompts[0] == phase.scenario):
             return index
     return None
 
 
-def _status(index: int, current: int | None, phase: dict[str, Any], runner_state: str) -> str:
+def _status(index: int, current: int | None, phase: Phase, runner_state: str) -> str:
     running = runner_state in ("spawning", "running")
-    if phase.get("state") == "finished" or (current is not None and index < current):
+    if phase.state == "finished" or (current is not None and index < current):
         return "done"
-    if phase.get("cell") == CUSTOM_CASE:  # a locustfile's own users: every row runs at once
+    if phase.cell == OWN_CASE:  # a locustfile's own users: every row runs at once
         return "▶ running" if running else "stopped"
     if current is None or index > current:
         return "waiting" if running else ("not run" if current is not None else "")
     return f"▶ {_progress(phase, short=True)}" if running else f"stopped in {_progress(phase, short=True)}"
 
 
-def _progress(phase: dict[str, Any], short: bool = False) -> str:
+def _progress(phase: Phase, short: bool = False) -> str:
     """How far the current cell is: its round, or its time for a free-running cell."""
-    if "round" in phase:
-        return f"round {phase['round'] + 1}{'/' if short else ' of '}{phase['rounds']}"
-    elapsed = f"{time.time() - phase.get('started_at', time.time()):.0f} s"
-    return f"{elapsed} of {phase['duration_s']:.0f} s" if phase.get("duration_s") else elapsed
+    if phase.round is not None:
+        return f"round {phase.round + 1}{'/' if short else ' of '}{phase.rounds}"
+    elapsed = f"{time.time() - (phase.started_at or time.time()):.0f} s"
+    return f"{elapsed} of {phase.duration_s:.0f} s" if phase.duration_s else elapsed
 
 
-def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str, Any], current: int | None,
+def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: Phase, current: int | None,
                 runner_state: str) -> str:
-    """What the run is doing now, in words."""
-    if session.conductor is None:
+    """What the run is doing now, in words; once it has ended, as its summary says."""
+    if session.driver is None:
         return "No run yet: start one with the form (New test)"
-    if phase.get("state") == "finished":
+    if session.summarized and session.manifest.get("ended_at"):
+        cut = cut_short(session.manifest)
+        if cut:
+            return f"CUT SHORT ({cut}): {session.record_count} requests"
+    if phase.state == "finished":
         return f"Finished: all {plan_size} cells done, {session.record_count} requests"
-    if phase.get("cell") == CUSTOM_CASE:
+    if phase.cell == OWN_CASE:
         return (f"Now: the locustfile's own users, {session.record_count} requests so far" if runner_state in
                 ("spawning", "running") else f"Stopped: {session.record_count} requests")
     if current is None:
@@ -365,19 +368,21 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: dict[str
 
 def _settings_text(environment: Environment, session: Any, plan: list[Any], frame: pd.DataFrame) -> str:
     """What is being measured: max tokens and thinking as the records show them (a profile may
-    mix them), rounds as the plan has them, else the options as they stand.
+    mix them), rounds as the plan has them, else the profile's (or the options') as they stand.
 
     The target is left out: Locust's header shows it, and the page shows it apart.
     """
-    opts = environment.parsed_options
-    max_tokens = sorted(frame["max_tokens"].dropna().astype(int).unique()) or [opts.max_tokens]
-    rounds = sorted({cell.rounds for cell in plan if cell.rounds}) or [opts.rounds]
-    mode = session.mode
+    opts, profile = environment.parsed_options, session.profile
+    max_tokens = sorted(frame["max_tokens"].dropna().astype(int).unique()) or \
+        [profile.request.max_tokens if profile is not None else opts.max_tokens]
+    planned_rounds = getattr(profile.load, "rounds", None) if profile is not None else None
+    rounds = sorted({cell.rounds for cell in plan if cell.rounds}) or ([planned_rounds] if planned_rounds else [])
+    thinking = profile.request.thinking if profile is not None else opts.thinking
     parts = [f"Model {(session.manifest or {}).get('model') or opts.model or '(first of /v1/models)'}",
              "max tokens " + "/".join(map(str, max_tokens)),
-             "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if mode == ROUNDS.name
-             else f"{mode} load",
-             "thinking " + thinking_phrase(frame["thinking"] if not frame.empty else [opts.thinking])]
+             "/".join(map(str, rounds)) + (" round" if rounds == [1] else " rounds") if rounds
+             else f"{session.mode.name} load",
+             "thinking " + thinking_phrase(frame["thinking"] if not frame.empty else [thinking])]
     if opts.profile:
         parts.append(f"profile {opts.profile}")
     return " · ".join(parts)

@@ -134,7 +134,7 @@ class ServerWatch:
 
     @_never_raises
     def on_cell(self, cell: Any, phase: str, **_kwargs: Any) -> None:
-        """Conductor hook: scrape when a cell starts and ends; warn on divergence at its end."""
+        """Cell hook: scrape when a cell starts and ends; warn on divergence at its end."""
         if phase == "start":
             self.cell = {"cell_index": self._cells_started, "cell": cell.name, "case": cell.case}
             self._cells_started += 1

@@ -93,8 +93,11 @@ class ChatClient:
         if settings.api_key:
             self._headers["Authorization"] = f"Bearer {settings.api_key}"
 
-    def chat(self, body: dict[str, Any], tag: RequestTag, request_id: str) -> RequestRecord:
-        """Sends one request and returns its record (never raises for a failed request).
+    def stream(self, body: dict[str, Any], tag: RequestTag, request_id: str, keep_text: bool = False) -> RequestRecord:
+        """Sends one request and returns its record (never raises for a failed request); with
+        `keep_text` the record holds the answer's `text` and `reasoning_text`. This is the
+        transport only: `loadlib.LLMUser.chat` also counts the request in Locust's stats and keeps
+        its record in the run's journal.
 
         Whatever goes wrong, even a bug of this client on some payload, ends as this request's
         failed record: one request must not stop a run or leave its round waiting.
@@ -109,7 +112,7 @@ class ChatClient:
         record.sent_at = time.time()  # replaced by the send time when the request went out
         self.live.stream_started()
         try:
-            self._exchange(record, body)
+            self._exchange(record, body, keep_text)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.connection.close()
             record.error = self._redacted(f"client error: {type(exc).__name__}: {exc}"[:200])
@@ -117,12 +120,13 @@ class ChatClient:
             self.live.stream_ended(record.error is not None, record.completion_tokens, record.chunks)
         return record
 
-    def _exchange(self, record: RequestRecord, body: dict[str, Any]) -> None:
+    def _exchange(self, record: RequestRecord, body: dict[str, Any], keep_text: bool) -> None:
         """Sends the request and fills the record from the response as it was read."""
         headers = dict(self._headers, **{"X-Request-Id": record.request_id})
         data = orjson.dumps(body)
         try:
-            response = self.connection.request("POST", CHAT_PATH, data, headers, reader=self._reader)
+            response = self.connection.request("POST", CHAT_PATH, data, headers,
+                                               reader=lambda answer: self._reader(answer, keep_text))
         except TransportError as exc:
             record.total_s = time.time() - record.sent_at  # how long it took to fail
             record.error = self._redacted(str(exc))
@@ -136,10 +140,10 @@ class ChatClient:
         if record.error:
             record.error = self._redacted(record.error)
 
-    def _reader(self, response: Response) -> BodyReader:
+    def _reader(self, response: Response, keep_text: bool) -> BodyReader:
         """A 200 is read as an event stream as it arrives; any other answer is an error body."""
         if response.status == 200:
-            return StreamReader(response.sent_at, response.headers.get("content-type"), self.live)
+            return StreamReader(response.sent_at, response.headers.get("content-type"), self.live, keep_text)
         return Collector(response, ERROR_BODY_BYTES)
 
     def _redacted(self, reason: str) -> str:
@@ -172,6 +176,7 @@ def fill_record(record: RequestRecord, response: Response) -> None:
     record.chunks = stream.chunks
     record.finish_reason = stream.finish_reason
     record.output_sha = stream.output_sha
+    record.text, record.reasoning_text = stream.text, stream.reasoning_text
     record.first_read_events = stream.first_read_events
     if stream.first_answer_at is not None and (stream.chunks_before_answer or record.thinking):
         record.ttfo_s = stream.first_answer_at - sent

@@ -29,6 +29,7 @@ from loadlib.wire.flavours import DELTA_TEXT_KEYS, ERROR_KEY
 MAX_LINE_BYTES = 1 << 20  # no chat-completion event comes near this; a longer line is a fault
 HEAD_BYTES = 48  # body bytes kept to say what a response that is not an event stream was
 _loads = orjson.loads
+_ANSWER_KEY = DELTA_TEXT_KEYS[-1]  # `content`: the answer; the keys before it carry reasoning
 _JSONDecodeError = orjson.JSONDecodeError
 
 
@@ -40,10 +41,10 @@ class StreamReader:
                  "last_token_at", "done_at", "end_at",
                  "ended", "events", "chunks", "output_chars", "first_read_events", "usage",
                  "finish_reason", "error", "head", "_head_room", "_partial", "_skipping", "_hasher",
-                 "_live")
+                 "_live", "_answer", "_reasoning")
 
     def __init__(self, sent_at: float = 0.0, content_type: str | None = "text/event-stream",
-                 live: LiveCounters | None = None) -> None:
+                 live: LiveCounters | None = None, keep_text: bool = False) -> None:
         self.sent_at = sent_at  # for the live TTFT of the first token
         self.content_type = content_type
         self.first_token_at: float | None = None
@@ -66,6 +67,10 @@ class StreamReader:
         self._skipping = False  # inside a line over MAX_LINE_BYTES: dropped up to its end
         self._hasher = hashlib.sha256()
         self._live = live if live is not None else LiveCounters()
+        # the answer's and the reasoning's text pieces, joined once at the end (`text`), kept only
+        # when asked: a reader's memory otherwise does not grow with the answer
+        self._answer: list[str] | None = [] if keep_text else None
+        self._reasoning: list[str] | None = [] if keep_text else None
 
     # --- figures ------------------------------------------------------------------------------
 
@@ -91,6 +96,16 @@ class StreamReader:
         details = usage.get("completion_tokens_details")
         count = _int_or_none(details if isinstance(details, dict) else None, "reasoning_tokens")
         return count if count is not None else _int_or_none(usage, "reasoning_tokens")
+
+    @property
+    def text(self) -> str:
+        """The answer (`content`) as it came, whole ("" unless the reader keeps text)."""
+        return "".join(self._answer or ())
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning before the answer (`reasoning_content`, vLLM's `reasoning`)."""
+        return "".join(self._reasoning or ())
 
     @property
     def output_sha(self) -> str | None:
@@ -204,6 +219,8 @@ class StreamReader:
                                 break
                             self._hasher.update(text.encode("utf-8", "surrogatepass"))
                             self.output_chars += len(text)
+                            if self._answer is not None:
+                                (self._answer if key is _ANSWER_KEY else self._reasoning).append(text)
                             produced = True
                     calls = delta.get("tool_calls")
                     if calls and self._tool_calls(calls):

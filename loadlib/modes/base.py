@@ -1,0 +1,295 @@
+"""What every load mode is made of: both halves of one strategy.
+
+A `LoadMode` is one object in one module of this package. Its coordinator half is a `Driver`:
+it runs where the run is coordinated (Locust's master, or the local runner), plans the cells and
+their schedule, and never sends a request itself. Its users' half is a `ModeState`: made afresh
+on every process that runs users at each test start, it is what those users do in their task
+(take an assignment, read the cell on the clock, wait for an arrival). The run layer
+(`loadlib.run`) asks the mode for both and never asks which mode it is.
+
+The driver reaches the rest of the run through `Coordination`: sending assignments or a message
+to the processes that run users, the users there, the prefix-cache flush, the run's records and
+manifest. Local and distributed runs give the same `Coordination`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, get_args
+
+import gevent
+from gevent.event import Event
+
+from loadlib.scenarios import ANY, Cell, Job, Scenario
+from loadlib.wire.client import RequestTag
+
+if TYPE_CHECKING:
+    from locust.event import EventHook
+
+    from loadlib.profiles import Profile
+    from loadlib.run.config import RunConfig
+    from loadlib.run.users import LLMUser
+
+log = logging.getLogger(__name__)
+
+USERS_WAIT_S = 120.0  # how long a cell waits for its users to be spawned before going on
+UserKind = Literal["locustfile", "per_scenario", "free_slots"]
+
+
+@dataclass(slots=True)
+class Assignment:
+    """One request, as sent to the user that will run it."""
+
+    request_id: str
+    start_at: float  # wall clock; every stream of a round shares it
+    body: dict[str, Any]
+    tag: RequestTag
+    cache_intended: str = ANY
+    measured: bool = True
+    turn: int | None = None
+
+    def to_message(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "start_at": self.start_at, "body": self.body,
+                "tag": asdict(self.tag), "cache_intended": self.cache_intended,
+                "measured": self.measured, "turn": self.turn}
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> "Assignment":
+        return cls(data["request_id"], data["start_at"], data["body"], RequestTag(**data["tag"]),
+                   data["cache_intended"], data["measured"], data["turn"])
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What the driver is doing now, for the web UI: starting, running a cell, or finished."""
+
+    state: Literal["starting", "running", "finished"] = "starting"
+    cell: str | None = None
+    case: str | None = None
+    concurrency: int | None = None
+    round: int | None = None  # rounds: this round (from 0) of `rounds`
+    rounds: int | None = None
+    scenario: str | None = None  # a single-stream cell's prompt
+    duration_s: float | None = None  # a free-running cell's time
+    started_at: float | None = None
+    note: str = ""  # the capacity search's bracket
+
+    def with_note(self, note: str) -> "Phase":
+        return replace(self, note=note)
+
+
+@dataclass(frozen=True)
+class Coordination:
+    """What a driver may ask of the run that plays it (the same locally and with workers).
+
+    `dispatch` hands assignments to the users that run them; `announce` sends a message to the
+    mode's state on every process that runs users; `capacity` is the users spawned now;
+    `streams_in_flight` the requests being sent now, over every process; `flush` empties the
+    server's prefix cache; `records` reads the run's journal; `note` writes a key of the manifest.
+    `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
+    how long 0 requests in flight must hold before the records of what was sent are all in.
+    """
+
+    build_body: Callable[[Job], dict[str, Any]]
+    dispatch: Callable[[list[Assignment]], None]
+    announce: Callable[[dict[str, Any]], None]
+    capacity: Callable[[], int]
+    streams_in_flight: Callable[[], int]
+    flush: Callable[[], str] | None
+    records: Callable[[], Iterable[dict[str, Any]]]
+    note: Callable[[str, Any], None]
+    cell_events: "EventHook"
+    lead_time_s: float = 0.05
+    settle_s: float = 0.1
+    request_timeout_s: float = 900.0
+
+
+class Driver:
+    """A load mode's coordinator half; subclasses implement `play` and say what to spawn.
+
+    `plan` lists the cells known so far; `on_record` is fed every finished request's record when
+    `wants_records` (the driver waits for what it assigned); `finished` is set when the mode is
+    done, and `stopped` says why when it ended before its plan did.
+    """
+
+    wants_records: ClassVar[bool] = False
+
+    def __init__(self, run: Coordination, users: int) -> None:
+        self.run = run
+        self.users = users  # -u
+        self.plan: list[Cell] = []
+        self.finished = Event()
+        self.phase = Phase()
+        self.stopped: str | None = None
+        self.flushes: Counter[str] = Counter()  # outcome -> count, for the manifest
+        self._callbacks: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+    def run_to_end(self) -> None:
+        """Plays the mode; sets `finished` at the end, however it ends."""
+        try:
+            self.play()
+        finally:
+            self.phase = Phase("finished")
+            self.finished.set()
+
+    def play(self) -> None:
+        raise NotImplementedError
+
+    def users_wanted(self, now: float) -> int:
+        """How many users the load shape should have spawned at `now`."""
+        return self.users
+
+    def plan_done(self) -> bool:
+        """Whether the whole plan ran (the test may have been stopped before)."""
+        return self.finished.is_set() and self.stopped is None
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        callback = self._callbacks.pop(record["request_id"], None)
+        if callback is not None:
+            callback(record)
+
+    # --- for subclasses -----------------------------------------------------------------------
+
+    def start_cell(self, cell: Cell, **phase: Any) -> None:
+        self.phase = Phase("running", cell.name, cell.case, cell.concurrency, **phase)
+        self.run.cell_events.fire(cell=cell, phase="start")
+
+    def end_cell(self, cell: Cell) -> None:
+        self.run.cell_events.fire(cell=cell, phase="end")
+
+    def assign(self, job: Job, cell: Cell, start_at: float, slot: int, round_index: int = 0,
+               measured: bool = True) -> Assignment:
+        """An assignment for `job` in `cell`; its record goes back to the scenario when measured."""
+        tag = RequestTag(scenario=job.scenario, cell=cell.name, concurrency=cell.concurrency,
+                         case=cell.case, round=round_index, slot=slot)
+        assignment = Assignment(uuid.uuid4().hex, start_at, self.run.build_body(job), tag, job.cache,
+                                measured, job.turn)
+        self._callbacks[assignment.request_id] = (lambda record: cell.scenario.observe(job, record)) if measured \
+            else (lambda record: None)
+        return assignment
+
+    def play_batch(self, assignments: list[Assignment], label: str) -> list[dict[str, Any]]:
+        """Dispatches `assignments` (made by `assign`) and waits for all their records, returned
+        in assignment order ({} for a request that never reported back)."""
+        records: dict[str, dict[str, Any]] = {}
+        done = Event()
+
+        def collect(record: dict[str, Any], then: Callable[[dict[str, Any]], None]) -> None:
+            then(record)
+            records[record["request_id"]] = record
+            if len(records) == len(assignments):
+                done.set()
+
+        for assignment in assignments:
+            then = self._callbacks[assignment.request_id]
+            self._callbacks[assignment.request_id] = lambda record, then=then: collect(record, then)
+        self.run.dispatch(assignments)
+        if not done.wait(timeout=self.run.request_timeout_s + 60):
+            log.warning("%s: %d request(s) never reported back; going on", label,
+                        len(assignments) - len(records))
+        return [records.get(a.request_id, {}) for a in assignments]
+
+    def prepare(self, scenario: Scenario) -> None:
+        """The scenario's priming and calibration, as unmeasured requests one at a time."""
+        def send(jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
+            cell = Cell(purpose, purpose, scenario, 1)
+            return [self.play_batch([self.assign(job, cell, time.time(), 0, measured=False)], purpose)[0]
+                    for job in jobs]
+        scenario.prepare(send)
+
+    def flush_cache(self) -> None:
+        if self.run.flush is None:
+            return
+        outcome = self.run.flush()
+        if outcome not in self.flushes and outcome != "flushed":
+            log.warning("flush_cache: %s; cold requests rely on unique prompts only", outcome)
+        self.flushes[outcome] += 1
+
+    def wait_for_users(self, n: int) -> bool:
+        """Waits (bounded: the load shape spawns them at `-r`) until `n` users are spawned; False
+        when they never were."""
+        waited = 0.0
+        while self.run.capacity() < n and waited < USERS_WAIT_S:
+            if waited and waited % 10 < 0.1:
+                log.info("waiting for %d users (have %d)", n, self.run.capacity())
+            gevent.sleep(0.1)
+            waited += 0.1
+        if self.run.capacity() < n:
+            log.error("only %d of %d users after %.0f s: stopping", self.run.capacity(), n, USERS_WAIT_S)
+            return False
+        return True
+
+    def drain(self, deadline: float) -> None:
+        """The users send nothing new: wait (until `deadline`) for the requests they sent to end,
+        and to stay ended for `settle_s` (a worker reports its requests in flight with each batch
+        of records, so a count of 0 is believed once a batch sent after the last request came)."""
+        quiet_since: float | None = None
+        while time.time() < deadline:
+            if self.run.streams_in_flight() > 0:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.time()
+            if quiet_since is not None and time.time() - quiet_since >= self.run.settle_s:
+                return
+            gevent.sleep(0.05)
+
+
+class ModeState:
+    """A load mode's users' half: one per process that runs users, made afresh at each test start
+    (`LoadMode.begin`). Each user's task calls `step`; `on_start` runs once per user; `take` and
+    `on_message` receive what the driver sends this process (assignments, announcements)."""
+
+    labels_cells: ClassVar[bool] = True  # requests belong to the mode's cells (else: the locustfile's own)
+
+    def on_start(self, user: "LLMUser") -> None:
+        """A user of this test starts (after connecting)."""
+
+    def step(self, user: "LLMUser") -> None:
+        """One iteration of `user`'s task."""
+        raise NotImplementedError
+
+    def take(self, assignment: Assignment) -> None:
+        raise TypeError(f"{type(self).__name__} takes no assignments")
+
+    def on_message(self, data: dict[str, Any]) -> None:
+        raise TypeError(f"{type(self).__name__} takes no messages")
+
+
+class LoadMode:
+    """A load mode, as `loadlib.modes.MODES` lists it, subclassed by each mode's module.
+
+    `schema` is its `[load]` table (whose `mode` literal names it); `user_kind` says which Locust
+    user classes it runs: the locustfile's own (`locustfile`), one per scenario of the profile with
+    its weight (`per_scenario`), or free slots that send arrivals (`free_slots`); `fixed_streams`
+    says why the web UI's Edit cannot change its streams (empty: Edit changes them).
+    """
+
+    schema: ClassVar[type]
+    fixed_streams: ClassVar[str] = ""
+
+    @property
+    def name(self) -> str:
+        return get_args(self.schema.model_fields["mode"].annotation)[0]
+
+    def user_kind(self, load: Any) -> UserKind:
+        return "per_scenario"
+
+    def first_users(self, load: Any, users: int) -> int:
+        """The users spawned before the first cell (all of them unless the mode says otherwise)."""
+        return users
+
+    def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
+        """The coordinator half for `users` Locust users, its clock starting at `started_at`."""
+        raise NotImplementedError
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        """The users' half on a process whose share of the work is `share` (index, processes)."""
+        raise NotImplementedError
+
+    def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
+        """Findings about the run's plan for its manifest, said once at its start."""
+        return {}

@@ -1,0 +1,60 @@
+"""The server under test: the `--host` given (or typed in the web UI's form), else the built-in
+simulator, which the run starts on 127.0.0.1 when Locust was started without a host and stops
+when Locust quits."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from typing import Any
+
+from locust.env import Environment
+
+from loadlib.run.inputs import usage_error
+from loadlib.wire.connection import Endpoint
+
+log = logging.getLogger("uni-bench")
+
+
+class Target:
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self.simulator: Any = None
+
+    def start(self) -> None:
+        """Checks the --host, or starts the built-in simulator when there is none."""
+        if not self.environment.host:
+            from loadlib.sim.process import start_simulator
+
+            self.simulator = start_simulator(shlex.split(self.environment.parsed_options.sim_args))
+            self.environment.host = self.simulator.url
+            log.info("No --host given: started the built-in simulator at %s", self.simulator.url)
+            return
+        try:
+            Endpoint.parse(self.environment.host)
+        except ValueError as exc:
+            usage_error(f"--host: {exc}")
+
+    def stop(self) -> None:
+        if self.simulator is not None:
+            self.simulator.stop()
+            self.simulator = None
+
+    @property
+    def url(self) -> str:
+        """The host this test sends to (the web UI's form may have changed it)."""
+        return self.environment.host or ""
+
+    @property
+    def builtin(self) -> bool:
+        """Whether this test's host is the built-in simulator."""
+        return self.simulator is not None and self.url.rstrip("/") == self.simulator.url.rstrip("/")
+
+    def label(self) -> str:
+        """A run directory's default label: "sim", or the host's name."""
+        return "sim" if self.builtin else Endpoint.parse(self.url).host.replace(".", "-")
+
+    def description(self) -> dict[str, Any]:
+        """The manifest's `target`."""
+        return {"url": self.url, "builtin_simulator": self.builtin,
+                "simulator_args": self.environment.parsed_options.sim_args if self.builtin else None}
