@@ -21,10 +21,13 @@ from loadlib.figures.headline import headline_figures
 from loadlib.figures.protocol_tables import scenario_order
 from loadlib.report import text
 from loadlib.report.document import Document, Section, flatten
+from loadlib.report.protocol import MAX_TOKENS_LISTED, thinking_phrase
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
 BEYOND_NOISE = "*"
+LINE_CHARS = 160  # the settings table is cut to fit: a long value is shortened in the middle
+NARROWEST_CELL = 24  # ... but never below this many characters (many runs make a wider table)
 
 
 def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
@@ -35,29 +38,52 @@ def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: fl
     figures = pd.concat([headline_figures(run.records, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
                          .assign(run=run.label) for run in runs], ignore_index=True)
     return Document(
-        f"Comparison of {len(runs)} runs: {', '.join(labels)} (differences against {labels[0]})",
+        f"Comparison of {len(runs)} runs, differences against {labels[0]}",  # the columns name them all
         [settings(runs), comparison(figures, labels), determinism(runs),
          locust_csv.side_by_side(runs)])
 
 
 def settings(runs: list[Run]) -> Section:
     """What each run measured: the manifest's target and model, and the settings in its records."""
+    labels = [run.label for run in runs]
     rows: dict[str, dict[str, Any]] = {}
     for run in runs:
         df = run.records
         found = {
             **{key: value for key, value in flatten(run.manifest).items()
                if any(key == s or key.startswith(s + ".") for s in SETTINGS)},
-            "max_tokens": "/".join(str(int(v)) for v in sorted(df["max_tokens"].dropna().unique())),
-            "thinking": "ON" if df["thinking"].any() else "off",
+            "max_tokens": max_tokens_phrase(df["max_tokens"]),
+            "thinking": thinking_phrase(df["thinking"].unique()),
             "requests": len(df), "failed": int((~df["ok"]).sum()),
         }
         for key, value in found.items():
             rows.setdefault(key, {})[run.label] = value
-    data = pd.DataFrame.from_dict(rows, orient="index", columns=[run.label for run in runs])
+    data = pd.DataFrame.from_dict(rows, orient="index", columns=labels)
     data = data.rename_axis("setting").reset_index()
     view = data.map(lambda v: text.MISSING if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
-    return Section("settings", "Settings", data, view, keys=("setting",), left=tuple(data.columns))
+    name_chars = int(view["setting"].str.len().max()) if len(view) else 0
+    cell_chars = max(NARROWEST_CELL, (LINE_CHARS - 2 - name_chars) // len(runs) - 3)  # indent 2, gaps 3
+    view[labels] = view[labels].map(lambda value: _shortened(value, cell_chars))
+    return Section("settings", "Settings (long values shortened with …; --json and --csv keep them whole)",
+                   data, view, keys=("setting",), left=tuple(data.columns))
+
+
+def max_tokens_phrase(max_tokens: pd.Series) -> str | None:
+    """The run's max_tokens: each value, or the range and count where lengths were drawn per
+    request (synthetic, dataset, trace), as the summary's settings line writes them."""
+    values = sorted(int(v) for v in max_tokens.dropna().unique())
+    if len(values) > MAX_TOKENS_LISTED:
+        return f"{values[0]}–{values[-1]} ({len(values)} values)"
+    return "/".join(map(str, values)) or None
+
+
+def _shortened(value: str, chars: int) -> str:
+    """`value` in at most `chars` characters: its start and its end around "…" (a model path
+    keeps the model's name, a list its first and last items)."""
+    if len(value) <= chars:
+        return value
+    head = (chars - 1) // 2
+    return value[:head] + "…" + value[len(value) - (chars - 1 - head):]
 
 
 def comparison(figures: pd.DataFrame, labels: list[str]) -> Section:
@@ -93,8 +119,8 @@ def determinism(runs: list[Run]) -> Section:
     verdict = data.groupby("scenario", observed=True).apply(_verdict, include_groups=False)
     view["verdict"] = verdict.reindex(scenarios).to_numpy()
     return Section(
-        "determinism", "Output determinism (temperature 0: the same prompt should give the same output "
-        "hash and completion tokens on every run; where not, a speed difference is not only speed)",
+        "determinism", "Output determinism (at temperature 0 a prompt should give the same output hash and "
+        "completion tokens on every run; if not, a speed difference is not only speed)",
         data.drop(columns="hashes"), view, keys=("scenario", "run"), left=("scenario", "verdict"))
 
 

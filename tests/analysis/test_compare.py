@@ -62,3 +62,43 @@ def test_settings_show_what_each_run_measured():
     assert settings.loc["max_tokens"].tolist() == ["512", "1024"]
     assert settings.loc["target.url"].tolist() == ["http://x:1", "-"]
     assert "client.host" not in settings.index
+
+
+def trace_run(label, thinking):
+    """A trace replay: one free-running cell, a max_tokens drawn per request (71 distinct values)."""
+    lengths = [16 + 29 * i for i in range(70)] + [2048]
+    records = [build_record("trace", sent_at=1_700_000_000.0 + i, ttft_s=0.1, total_s=0.1 + n / 100, comp=n,
+                            max_tokens=n, thinking=thinking, concurrency=8, case="trace",
+                            output_sha=f"sha-{i}") for i, n in enumerate(lengths * 2)]
+    manifest = {"model": "/models/huggingface/hub/models--Qwen--Qwen3-32B-FP8/snapshots/" + "0123456789abcdef" * 3,
+                "target": {"url": f"http://{label}.inference.internal.example.com:30000/v1"},
+                "server": {"server_args": {"cuda_graph_bs": list(range(1, 257, 4)),
+                                           "speculative_algorithm": "EAGLE3"}},
+                "protocol": {"rounds": None, "concurrency": list(range(2, 130, 2)), "temperature": 0.0}}
+    return build_run(records, label, manifest)
+
+
+def test_settings_show_each_runs_own_thinking_and_many_max_tokens_as_a_range():
+    runs = [trace_run("trace-box-a-2024-05-01", False), trace_run("trace-box-b-2024-05-01", None),
+            trace_run("trace-box-c-2024-05-01", True)]
+    settings = section(compare(runs), "settings").view.set_index("setting")
+    assert settings.loc["thinking"].tolist() == ["off", "server default (not sent)", "ON"]
+    assert settings.loc["max_tokens"].tolist() == ["16–2048 (71 values)"] * 3
+
+
+def test_a_run_that_mixed_thinking_says_so():
+    mixed = build_run([build_record(round=0, thinking=True), build_record(round=1, thinking=False)], "mixed")
+    settings = section(compare([single_run("a", [2.0]), mixed]), "settings").view.set_index("setting")
+    assert settings.loc["thinking"].tolist() == ["off", "on and off"]
+
+
+def test_no_line_of_the_text_comparison_is_wider_than_160_characters():
+    from loadlib.report import console
+
+    runs = [trace_run("trace-box-a-2024-05-01", False), trace_run("trace-box-b-2024-05-01", None),
+            trace_run("trace-box-c-2024-05-01", True)]
+    document = compare(runs)
+    widths = sorted((len(line), line) for line in console.render(document).splitlines())
+    assert widths[-1][0] <= 160, widths[-1][1]
+    values = section(document, "settings").data.set_index("setting")  # JSON and CSV keep the whole values
+    assert values.loc["server.server_args.cuda_graph_bs", "trace-box-a-2024-05-01"].endswith(", 253]")
