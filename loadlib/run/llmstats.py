@@ -9,6 +9,7 @@ computed from the raw records (percentiles too, never from Locust's rounded buck
 from __future__ import annotations
 
 import html
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -54,15 +55,42 @@ def write_csv(table: pd.DataFrame, csv_prefix: str) -> Path:
 
 
 def add_to_html_report(html_file: str, summary: str, run_dir: Path) -> None:
-    """Appends the run's summary (the tool's own report) to Locust's `--html` report, with where
-    the run's files are."""
+    """Adds the run's summary (the tool's own report) at the end of the body of Locust's `--html`
+    report, with where the run's files are; every text is escaped, so no summary can break the
+    page."""
     path = Path(html_file)
     if not path.exists():
         return
-    page = path.read_text(encoding="utf-8")
     block = (f'<section id="uni-bench" style="font-family:monospace;margin:1em">'
              f"<h2>LLM figures (uni-bench)</h2><p>Run files: {html.escape(str(run_dir))} "
              f"(python -m analysis report {html.escape(str(run_dir))})</p>"
-             f"<pre>{html.escape(summary)}</pre></section>")
-    page = page.replace("</body>", block + "</body>", 1) if "</body>" in page else page + block
-    path.write_text(page, encoding="utf-8")
+             f'<pre style="overflow-x:auto">{html.escape(summary)}</pre></section>\n')
+    page = path.read_text(encoding="utf-8")
+    end = body_end(page)
+    path.write_text(page + block if end is None else page[:end] + block + page[end:], encoding="utf-8")
+
+
+def body_end(page: str) -> int | None:
+    """The offset of the `</body>` tag that ends `page`'s body, or None if it has none.
+
+    Tags are read as a browser reads them, so a `</body>` in a script or a style (Locust 2.47's
+    report inlines a script whose strings hold one) is text, not the body's end."""
+    parser = _BodyEnd()
+    parser.feed(page)
+    parser.close()
+    if parser.end is None:
+        return None
+    line, column = parser.end
+    return sum(len(text) + 1 for text in page.split("\n", line - 1)[:line - 1]) + column
+
+
+class _BodyEnd(HTMLParser):
+    """Keeps the position (line, column) of the last `</body>` end tag outside raw text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.end: tuple[int, int] | None = None
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "body":
+            self.end = self.getpos()
