@@ -116,8 +116,8 @@ def determinism(runs: list[Run]) -> Section:
     view_cells = [_output_cell(row, first_run=row.run == runs[0].label) for row in data.itertuples(index=False)]
     scenarios = sorted(data["scenario"].unique(), key=scenario_order)
     view = text.grid(data.assign(cell=view_cells), "scenario", "run", scenarios, [run.label for run in runs])
-    verdict = data.groupby("scenario", observed=True).apply(_verdict, include_groups=False)
-    view["verdict"] = verdict.reindex(scenarios).to_numpy()
+    verdicts = {scenario: _verdict(group) for scenario, group in data.groupby("scenario", observed=True)}
+    view["verdict"] = [verdicts[scenario] for scenario in scenarios]
     return Section(
         "determinism", "Output determinism (at temperature 0 a prompt should give the same output hash and "
         "completion tokens on every run; if not, a speed difference is not only speed)",

@@ -1,9 +1,11 @@
 """What a run directory is: its records (read by `loadlib.records.read_records_frame`), its
 manifest, and Locust's own CSV files beside them, under a label.
 
-Reading is strict where the input is wrong (a missing or malformed journal or an unreadable
-manifest raise `RunDirError` with a one-line message naming the file) and lenient where a run was
-merely cut short (a torn last line is skipped with a warning, because the journal is flushed per line).
+Reading is strict where the input is wrong: a missing journal, a line in it that is not a record
+(not JSON, torn in the middle, without what a record measured, of the wrong types) or an unreadable
+manifest raise `RunDirError` with a one-line message naming the file (and line). It is lenient only
+where a run was merely cut short: a torn last line is skipped with a warning, because the journal is
+flushed per line and a killed run can have left only its last line unfinished.
 """
 
 from __future__ import annotations

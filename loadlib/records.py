@@ -162,6 +162,10 @@ INT_COLUMNS = tuple(f.name for f in _FIELDS if f.type == "int" and f.default is 
 FLOAT_COLUMNS = tuple(f.name for f in _FIELDS if f.name not in INT_COLUMNS
                       and f.type in ("int", "float", "int | None", "float | None"))
 _ABSENT = dict.fromkeys(RECORD_COLUMNS)
+# What a record measured and when: a JSON object without one of these is not a request record
+# (other fields may be missing in older records or another tool's, and are then missing values).
+REQUIRED_COLUMNS = ("request_id", "scenario", "cell", "concurrency", "case", "round", "sent_at")
+_REQUIRED_AT = {col: RECORD_COLUMNS.index(col) for col in REQUIRED_COLUMNS}
 
 
 FRAME_BATCH = 65_536  # records turned into columns at a time
@@ -197,17 +201,21 @@ def record_columns(batches: Iterable[list[Any]]) -> dict[str, np.ndarray]:
     """The records' `RECORD_COLUMNS` as typed arrays (float, int, bool, or object for text).
 
     Each batch becomes column arrays straight away, so a million records load in seconds and
-    their Python objects are freed batch by batch. A record that is not an object, or a field
-    whose value cannot be read as its column's type, raises `RecordError` with the record's
-    position among all the records given."""
+    their Python objects are freed batch by batch. A record that is not an object, lacks one of
+    the `REQUIRED_COLUMNS`, or has a field whose value cannot be read as its column's type, raises
+    `RecordError` with the record's position among all the records given."""
     arrays: dict[str, list[np.ndarray]] = {col: [] for col in RECORD_COLUMNS}
     offset = 0
     with _gc_paused():
         for batch in batches:
+            if not batch:
+                continue
             try:
                 columns = [_column(col, values) for col, values in zip(RECORD_COLUMNS, _columns(batch))]
             except (TypeError, ValueError, KeyError):
                 raise _first_bad_record(batch, offset) from None
+            if any(pd.isna(columns[_REQUIRED_AT[col]]).any() for col in REQUIRED_COLUMNS):
+                raise _first_bad_record(batch, offset)
             for col, values in zip(RECORD_COLUMNS, columns):
                 arrays[col].append(values)
             offset += len(batch)
@@ -284,6 +292,8 @@ def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
 def _first_bad_record(batch: list[Any], offset: int) -> RecordError:
     """The first record of a batch that failed to convert, and what is wrong with it."""
     for index, record in enumerate(batch):
+        if isinstance(record, _Unparsed):
+            return RecordError(offset + index, f"not valid JSON (a torn or garbled line): {record.text!r:.60}")
         if not isinstance(record, dict):
             return RecordError(offset + index, f"not a JSON object: {record!r:.60}")
         for name in RECORD_COLUMNS:
@@ -292,6 +302,9 @@ def _first_bad_record(batch: list[Any], offset: int) -> RecordError:
                 _column(name, (value,))
             except (TypeError, ValueError):
                 return RecordError(offset + index, f"{name}: {_expected(name)}, got {value!r:.40}")
+        for name in REQUIRED_COLUMNS:
+            if record.get(name) is None:
+                return RecordError(offset + index, f"not a request record: no {name}")
     return RecordError(offset, "a record that cannot be read")
 
 
@@ -333,7 +346,7 @@ class JournalError(Exception):
 
 
 class SkippedLinesWarning(UserWarning):
-    """Some journal lines could not be parsed and were left out."""
+    """The journal's last line was torn (the run was killed mid-write) and is left out."""
 
 
 def read_records_frame(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -342,7 +355,10 @@ def read_records_frame(path: str | os.PathLike[str]) -> pd.DataFrame:
     Reading a million JSON lines is the slowest step of every command: pyarrow's JSON reader does
     it (`_arrow_frame`); a journal it cannot take whole (a record of the wrong shape or types) is
     read by `exact_frame`, which names the first bad line. The columns that every table groups by
-    are categorical, so that each is factorised once instead of once per table."""
+    are categorical, so that each is factorised once instead of once per table.
+
+    Only the last line may be unreadable (torn: the run was killed while writing it); it is left
+    out with a `SkippedLinesWarning`. Any other line that is not a record raises `JournalError`."""
     path = _journal(Path(path))
     fast = _arrow_frame(path)
     return fast if fast is not None else exact_frame(path)
@@ -350,47 +366,37 @@ def read_records_frame(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def exact_frame(path: Path) -> pd.DataFrame:
     """The records frame of a journal parsed record by record with orjson (a large journal in two
-    halves at once, the second by a forked process, `_Half`): a record of the wrong shape or types
-    raises `JournalError` naming the file and line; unreadable lines are skipped with a warning."""
-    size = path.stat().st_size
-    middle = _line_start_near(path, size // 2) if size >= PARALLEL_BYTES else size
-    second = _Half.start(path, middle, size) if middle < size else None
+    halves at once, the second by a forked process, `_Half`): a line that is not JSON, or a record
+    of the wrong shape or types, raises `JournalError` naming the file and line."""
+    stop = _records_end(path)
+    middle = _line_start_near(path, stop // 2) if stop >= PARALLEL_BYTES else stop
+    second = _Half.start(path, middle, stop) if middle < stop else None
     try:
-        columns, tally = _read_part(path, 0, middle)
+        columns = _read_part(path, 0, middle)
         if second is not None:
-            more, more_tally = second.result()
+            more = second.result()
             columns = {col: np.concatenate([values, more[col]]) for col, values in columns.items()}
-            tally = tally.followed_by(more_tally)
     except _PartError as exc:
         raise JournalError(f"{path}: line {_line_of_record(path, exc.start, exc.index)}: {exc}") from None
     finally:
         if second is not None:
             second.close()
     frame = frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
-                                        for col, values in columns.items()})
-    if tally.bad == [tally.lines]:
-        warnings.warn(f"{path}: skipped a torn last line (line {tally.lines})", SkippedLinesWarning, stacklevel=2)
-    elif tally.bad:
-        warnings.warn(f"{path}: skipped {len(tally.bad)} unreadable line(s), first at line {tally.bad[0]}",
-                      SkippedLinesWarning, stacklevel=2)
+                                for col, values in columns.items()})
+    _warn_if_torn(path, stop)
     return frame
 
 
 def _arrow_frame(path: Path) -> pd.DataFrame | None:
     """The journal read by pyarrow's multithreaded JSON reader (about twice as fast as parsing in
     Python) when every line is a record of the expected types; None otherwise, and the exact
-    reader below then reads it and names the first bad line. A torn last line (a killed run) is
-    left out with the same warning as there."""
-    size = path.stat().st_size
-    if size == 0:
+    reader then reads it and names the first bad line. A torn last line is left out as there."""
+    stop = _records_end(path)
+    if stop == 0:
         return None
     with pa.memory_map(str(path)) as mapped:
-        data = mapped.read_buffer(size)
-        end = size if data.slice(size - 1, 1).to_pybytes() == b"\n" else _last_newline(path, size) + 1
-        if end <= 0:
-            return None
         try:
-            table = pa_json.read_json(pa.BufferReader(data.slice(0, end)), read_options=_ARROW_READ,
+            table = pa_json.read_json(pa.BufferReader(mapped.read_buffer(stop)), read_options=_ARROW_READ,
                                       parse_options=_ARROW_PARSE)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
@@ -398,22 +404,21 @@ def _arrow_frame(path: Path) -> pd.DataFrame | None:
     if columns is None:
         return None
     frame = frame_from_columns(columns)
-    if end < size:
-        lines = table.num_rows + 1
-        warnings.warn(f"{path}: skipped a torn last line (line {lines})", SkippedLinesWarning, stacklevel=3)
+    _warn_if_torn(path, stop)
     return frame
 
 
 def _arrow_columns(table: Any) -> dict[str, Any] | None:
-    """`record_columns`' arrays from an Arrow table (read with the records' schema), or
-    None where a value needs the exact reader (a whole number that is missing)."""
+    """`record_columns`' arrays from an Arrow table (read with the records' schema), or None
+    where a value needs the exact reader (a whole number that is missing, a record without one
+    of the `REQUIRED_COLUMNS`: that reader names its line)."""
     rows = table.num_rows
     columns: dict[str, Any] = {}
     for name in RECORD_COLUMNS:
         column = table.column(name) if name in table.column_names else pa.nulls(rows)
+        if column.null_count and (name in INT_COLUMNS or name in REQUIRED_COLUMNS):
+            return None
         if name in INT_COLUMNS:
-            if column.null_count:
-                return None
             columns[name] = column.to_numpy()
         elif name in FLOAT_COLUMNS:
             columns[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
@@ -430,12 +435,47 @@ def _arrow_columns(table: Any) -> dict[str, Any] | None:
     return columns
 
 
-def _last_newline(path: Path, size: int) -> int:
+TAIL_BYTES = 64 << 10  # read from the journal's end to find its last line (a record is ~600 bytes)
+
+
+def _records_end(path: Path) -> int:
+    """Where the journal's records end: the start of its last line when that line is torn (not
+    valid JSON: the process was killed while writing it), else the end of the file. Blank lines
+    after it do not count."""
+    size = path.stat().st_size
     with open(path, "rb") as journal:
-        journal.seek(max(size - (8 << 20), 0))
-        tail = journal.read()
-    found = tail.rfind(b"\n")
-    return -1 if found < 0 else size - len(tail) + found
+        chunk = TAIL_BYTES
+        while True:
+            start = max(size - chunk, 0)
+            journal.seek(start)
+            tail = journal.read().rstrip()
+            line_start = tail.rfind(b"\n") + 1
+            if line_start > 0 or start == 0:
+                break
+            chunk *= 2  # one line longer than the tail read so far
+    if not tail:
+        return size
+    try:
+        orjson.loads(tail[line_start:])
+    except orjson.JSONDecodeError:
+        return start + line_start
+    return size
+
+
+def _warn_if_torn(path: Path, stop: int) -> None:
+    if stop < path.stat().st_size:
+        warnings.warn(f"{path}: skipped a torn last line (line {_lines_before(path, stop) + 1})",
+                      SkippedLinesWarning, stacklevel=4)
+
+
+def _lines_before(path: Path, offset: int) -> int:
+    """How many lines end before byte `offset` of the journal."""
+    count = 0
+    with open(path, "rb") as handle:
+        while offset > 0 and (block := handle.read(min(offset, BLOCK_BYTES))):
+            count += block.count(b"\n")
+            offset -= len(block)
+    return count
 
 
 class _PartError(Exception):
@@ -449,11 +489,10 @@ class _PartError(Exception):
         return self.problem
 
 
-def _read_part(path: Path, start: int, stop: int) -> tuple[dict[str, np.ndarray], "_Tally"]:
+def _read_part(path: Path, start: int, stop: int) -> dict[str, np.ndarray]:
     """Typed columns of the records in bytes [start, stop) of the journal (whole lines)."""
-    tally = _Tally()
     try:
-        return record_columns(_parsed(path, start, stop, tally)), tally
+        return record_columns(_parsed(path, start, stop))
     except RecordError as exc:
         raise _PartError(start, exc.index, str(exc)) from None
 
@@ -479,22 +518,21 @@ class _Half:
     @staticmethod
     def _work(sender: Any, path: Path, start: int, stop: int) -> None:
         try:
-            columns, tally = _read_part(path, start, stop)
-            sender.send(({col: pd.factorize(values) if values.dtype == object else values
-                          for col, values in columns.items()}, tally))
+            columns = _read_part(path, start, stop)
+            sender.send({col: pd.factorize(values) if values.dtype == object else values
+                         for col, values in columns.items()})
         except _PartError as exc:
             sender.send(exc)
 
-    def result(self) -> tuple[dict[str, np.ndarray], "_Tally"]:
+    def result(self) -> dict[str, np.ndarray]:
         try:
             answer = self._receiver.recv()
         except EOFError:
             raise JournalError("the process reading the second half of the journal died") from None
         if isinstance(answer, Exception):
             raise answer
-        columns, tally = answer
         return {col: _unfactorised(values) if isinstance(values, tuple) else values
-                for col, values in columns.items()}, tally
+                for col, values in answer.items()}
 
     def close(self) -> None:
         self._receiver.close()
@@ -505,8 +543,9 @@ class _Half:
 
 def _unfactorised(codes_and_values: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     codes, values = codes_and_values
-    text = np.asarray(values, dtype=object).take(codes)
-    text[codes < 0] = None
+    text = np.full(len(codes), None, dtype=object)  # a column may hold no text at all (no errors)
+    found = codes >= 0
+    text[found] = np.asarray(values, dtype=object).take(codes[found])
     return text
 
 
@@ -527,17 +566,15 @@ def _journal(path: Path) -> Path:
     return journal
 
 
-@dataclass
-class _Tally:
-    lines: int = 0  # lines read so far, blank ones included
-    bad: list[int] = field(default_factory=list)  # 1-based numbers of the lines that did not parse
+@dataclass(frozen=True, slots=True)
+class _Unparsed:
+    """A line that is not valid JSON, in its place among the records: converting it raises
+    `RecordError` there, so that the first bad line of the journal is the one named."""
 
-    def followed_by(self, later: "_Tally") -> "_Tally":
-        """The tally of this part and the part right after it."""
-        return _Tally(self.lines + later.lines, self.bad + [self.lines + n for n in later.bad])
+    text: str
 
 
-def _parsed(path: Path, start: int, stop: int, tally: _Tally) -> Iterator[list[Any]]:
+def _parsed(path: Path, start: int, stop: int) -> Iterator[list[Any]]:
     """The records in bytes [start, stop) of the journal, a block at a time: each block's
     newlines made commas of one JSON array and parsed with one orjson call, line by line only
     when it holds a bad or blank line.
@@ -560,19 +597,18 @@ def _parsed(path: Path, start: int, stop: int, tally: _Tally) -> Iterator[list[A
             if cut < 0:
                 held += read
                 continue
-            yield _block_records(buffer, cut, tally)
+            yield _block_records(buffer, cut)
             held = end - cut - 1
             buffer[1:1 + held] = buffer[cut + 1:end]
             if read == 0:
                 return
 
 
-def _block_records(buffer: bytearray, cut: int, tally: _Tally) -> list[Any]:
+def _block_records(buffer: bytearray, cut: int) -> list[Any]:
     """The records of `buffer[1:cut]` (whole lines), in one orjson call when every line parses."""
     bytes_ = np.frombuffer(buffer, dtype=np.uint8, count=cut + 1)
     newlines = np.flatnonzero(bytes_[1:cut] == NEWLINE) + 1
     if cut <= 1 + len(newlines):  # nothing but newlines
-        tally.lines += len(newlines)
         return []
     bytes_[newlines] = COMMA
     buffer[0], saved, buffer[cut] = OPEN, buffer[cut], CLOSE
@@ -580,42 +616,35 @@ def _block_records(buffer: bytearray, cut: int, tally: _Tally) -> list[Any]:
         records = orjson.loads(memoryview(buffer)[:cut + 1])
     except orjson.JSONDecodeError:
         bytes_[newlines] = NEWLINE
-        records = _line_by_line(bytes(buffer[1:cut]), tally)
-    else:
-        tally.lines += len(records)
+        records = _line_by_line(bytes(buffer[1:cut]))
     buffer[cut] = saved
     del bytes_  # the buffer may grow for a long line: no view of it may outlive the block
     return records
 
 
-def _line_by_line(block: bytes, tally: _Tally) -> list[Any]:
+def _line_by_line(block: bytes) -> list[Any]:
+    """The block's records up to its first line that is not JSON, which ends the list as `_Unparsed`."""
     records = []
     for line in block.split(b"\n"):
-        tally.lines += 1
         if not line.strip():
             continue
         try:
             records.append(orjson.loads(line))
         except orjson.JSONDecodeError:
-            tally.bad.append(tally.lines)
+            records.append(_Unparsed(line.decode("utf-8", "replace")))
+            break
     return records
 
 
 def _line_of_record(path: Path, start: int, index: int) -> int:
-    """The line number (from 1) of the `index`-th record that parsed after byte `start` (a
-    second, slow pass over the journal, made only to name a bad record's line)."""
+    """The line number (from 1) of the `index`-th record (non-blank line) after byte `start`."""
+    number = _lines_before(path, start)
     with open(path, "rb") as handle:
-        number = handle.read(start).count(b"\n")
+        handle.seek(start)
         seen = -1
         for number, line in enumerate(handle, start=number + 1):
-            if not line.strip():
-                continue
-            try:
-                orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            seen += 1
-            if seen == index:
-                break
+            if line.strip():
+                seen += 1
+                if seen == index:
+                    break
     return number
-

@@ -110,6 +110,11 @@ def test_an_unreadable_manifest_is_named(write_run, protocol_records, capsys):
     (b"[1, 2]", "not a JSON object: [1, 2]"),
     (b'{"request_id": "r", "cell": ["c2-same"]}', "cell: expected text, got ['c2-same']"),
     (b'{"request_id": "r", "round": [0]}', "round: expected a number, got [0]"),
+    (b'{"request_id": "r1", "scenario": "co', "not valid JSON (a torn or garbled line): '{\"request_id\": \"r1\", "
+                                              "\"scenario\": \"co'"),
+    (b'{"hello": 1}', "not a request record: no request_id"),
+    (b'{"request_id": "r", "scenario": "code", "cell": "single", "concurrency": 1, "round": 0, "slot": 0, '
+     b'"worker": 0, "user": 0, "sent_at": 1.0}', "not a request record: no case"),
 ])
 def test_a_record_of_the_wrong_shape_or_types_is_one_line_naming_file_and_line_with_exit_code_2(
         write_run, protocol_records, bad_line, problem):
@@ -122,15 +127,35 @@ def test_a_record_of_the_wrong_shape_or_types_is_one_line_naming_file_and_line_w
     assert done.stderr == f"python -m analysis report: {journal}: line 6: {problem}\n"
 
 
-def test_a_bad_record_in_the_second_half_of_a_large_journal_is_named_by_its_line(write_run, protocol_records,
-                                                                                 monkeypatch):
+@pytest.mark.parametrize("first_two, problem", [
+    ((b'{"ttft_s": {}}', b"not json"), r"ttft_s: expected a number, got \{\}"),
+    ((b"not json", b'{"ttft_s": {}}'), r"not valid JSON \(a torn or garbled line\): 'not json'"),
+])
+def test_the_first_bad_line_in_the_second_half_of_a_large_journal_is_named(write_run, protocol_records,
+                                                                           monkeypatch, first_two, problem):
     """Large journals are read in two halves at once (a forked process reads the second)."""
     from loadlib import records
 
     run_dir = write_run(protocol_records * 20)
     journal = run_dir / "records.jsonl"
     lines = journal.read_bytes().splitlines()
-    journal.write_bytes(b"\n".join([*lines[:250], b"", b"not json", b'{"ttft_s": {}}', *lines[250:]]) + b"\n")
+    journal.write_bytes(b"\n".join([*lines[:250], b"", *first_two, *lines[250:]]) + b"\n")
     monkeypatch.setattr(records, "PARALLEL_BYTES", 1000)
-    with pytest.raises(records.JournalError, match=r"records.jsonl: line 253: ttft_s: expected a number, got \{\}$"):
+    with pytest.raises(records.JournalError, match=rf"records.jsonl: line 252: {problem}$"):
         records.read_records_frame(run_dir)
+
+
+def test_a_torn_last_line_of_a_large_journal_is_named_by_its_line(write_run, protocol_records, monkeypatch):
+    from loadlib import records
+
+    run_dir = write_run(protocol_records * 20, tail=b'{"request_id": "x", "scen')
+    monkeypatch.setattr(records, "PARALLEL_BYTES", 1000)
+    with pytest.warns(records.SkippedLinesWarning, match=r"skipped a torn last line \(line 281\)"):
+        assert len(records.exact_frame(run_dir / "records.jsonl")) == 280
+
+
+def test_runs_killed_before_their_first_record_compare_without_a_traceback(write_run, capsys):
+    empty, torn = write_run([], name="empty"), write_run([], name="torn", tail=b'{"request_id": "x", "sc')
+    with pytest.warns(UserWarning, match=r"torn last line \(line 1\)"):
+        assert main(["compare", str(empty), str(torn)]) == 0
+    assert "  requests     0       0\n" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+import warnings
 
 import orjson
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 
 import loadlib.records
 from analysis.rundir import RunDirError, load_run
-from loadlib.records import RequestRecord, SkippedLinesWarning, read_records_frame
+from loadlib.records import JournalError, RequestRecord, SkippedLinesWarning, read_records_frame
 from tests.analysis.builders import build_record
 
 
@@ -20,12 +21,62 @@ def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(write_run, protoco
         assert len(read_records_frame(run_dir)) == 14
 
 
-def test_a_bad_line_in_the_middle_is_reported_by_number(write_run, protocol_records):
+def test_a_torn_last_line_followed_by_blank_lines_is_still_the_last_line(write_run, protocol_records):
+    run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen\n\n')
+    with pytest.warns(SkippedLinesWarning, match=r"skipped a torn last line \(line 15\)"):
+        assert len(read_records_frame(run_dir)) == 14
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(write_run, protocol_records):
+    run_dir = write_run(protocol_records[:-1], tail=orjson.dumps(protocol_records[-1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = read_records_frame(run_dir)
+    assert len(frame) == 14 and frame["request_id"].iloc[-1] == protocol_records[-1]["request_id"]
+
+
+@pytest.mark.parametrize("bad_line, problem", [
+    (b'{"request_id": "x", "scen', "not valid JSON (a torn or garbled line): '{\"request_id\": \"x\", \"scen'"),
+    (b"garbage", "not valid JSON (a torn or garbled line): 'garbage'"),
+    (b'{"hello": 1}', "not a request record: no request_id"),
+    (b"{}", "not a request record: no request_id"),
+])
+def test_a_line_in_the_middle_that_is_not_a_record_is_an_error_naming_file_and_line(write_run, protocol_records,
+                                                                                  bad_line, problem):
     run_dir = write_run(protocol_records)
     lines = (run_dir / "records.jsonl").read_bytes().splitlines()
-    (run_dir / "records.jsonl").write_bytes(b"\n".join(lines[:3] + [b"garbage"] + lines[3:]) + b"\n")
-    with pytest.warns(SkippedLinesWarning, match=r"skipped 1 unreadable line\(s\), first at line 4"):
-        assert len(read_records_frame(run_dir)) == 14
+    (run_dir / "records.jsonl").write_bytes(b"\n".join(lines[:3] + [bad_line] + lines[3:]) + b"\n")
+    with pytest.raises(JournalError) as error:
+        read_records_frame(run_dir)
+    assert str(error.value) == f"{run_dir / 'records.jsonl'}: line 4: {problem}"
+
+
+@pytest.mark.parametrize("field", ["request_id", "scenario", "cell", "concurrency", "case", "round", "sent_at"])
+@pytest.mark.parametrize("absent", ["left out", "null"])
+def test_a_record_without_one_of_its_identity_fields_is_an_error(write_run, protocol_records, field, absent):
+    """What a record measured and when; without them a run's header read "nan run". (Which stream
+    sent it, `slot`, `worker`, `user`, may be missing in another tool's records.)"""
+    bad = dict(protocol_records[5])
+    if absent == "null":
+        bad[field] = None
+    else:
+        del bad[field]
+    run_dir = write_run([*protocol_records[:5], bad, *protocol_records[6:]])
+    with pytest.raises(JournalError, match=rf"records.jsonl: line 6: not a request record: no {field}$"):
+        read_records_frame(run_dir)
+
+
+def test_a_journal_of_one_torn_line_has_no_records(write_run):
+    run_dir = write_run([], tail=b'{"request_id": "x", "scen')
+    with pytest.warns(SkippedLinesWarning, match=r"skipped a torn last line \(line 1\)"):
+        assert len(read_records_frame(run_dir)) == 0
+
+
+@pytest.mark.parametrize("reader", ["_arrow_frame", "exact_frame"])
+def test_both_readers_keep_a_torn_last_line_apart_from_an_error(write_run, protocol_records, reader):
+    run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen')
+    with pytest.warns(SkippedLinesWarning, match=r"torn last line \(line 15\)"):
+        assert len(getattr(loadlib.records, reader)(run_dir / "records.jsonl")) == 14
 
 
 def test_lines_split_across_read_blocks_are_joined(write_run, protocol_records, monkeypatch):
