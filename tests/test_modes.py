@@ -74,8 +74,10 @@ def test_open_mode_holds_the_arrival_rate_without_bursts(tmp_path):
     sent = run["sent_at"].to_numpy()
     achieved = (len(sent) - 1) / (sent[-1] - sent[0])
     assert achieved == pytest.approx(20, rel=0.05)
-    within_one_interval = np.searchsorted(sent, sent + 1 / 20 * 0.9) - np.arange(len(sent))
-    assert within_one_interval.max() == 1  # never two sends within one arrival interval: no bursts
+    # each send keeps its place on the evenly spaced schedule: a burst (two arrivals sent together)
+    # is half an interval off it; a one-off scheduling hiccup of a few ms on a busy machine is not
+    off_schedule = sent - (sent[0] + np.arange(len(sent)) / achieved)
+    assert np.abs(off_schedule - np.median(off_schedule)).max() < 0.4 / 20
     assert np.diff(sent).max() < 2 / 20  # and no holes
     assert run["queue_s"].max() < 0.05  # a free user was always there
     assert "open-20rps" in result.stdout

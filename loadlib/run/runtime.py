@@ -37,6 +37,7 @@ RECORDS_MESSAGE = "uni:records"  # worker -> master: {"lines": bytes, "in_flight
 CONFIG_MESSAGE = "uni:config"  # master -> workers: the RunConfig, once per test
 MODE_MESSAGE = "uni:mode"  # master -> workers: a load mode's announcement to its ModeState
 ASSIGN_MESSAGE = "uni:assign"  # master -> one worker: assignments (Assignment.to_message) for its users
+PID_MESSAGE = "uni:pid"  # worker -> master: its process id, at each test start (a lost worker is named by it)
 FLUSH_S = 0.5
 FLUSH_RECORDS = 500
 LIVE_S = 1.0  # how often the running figures of streams in flight go to the coordinator

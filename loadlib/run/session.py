@@ -33,7 +33,7 @@ from loadlib.run.manifest import build_manifest, write_manifest
 from loadlib.run.preflight import list_models
 from loadlib.run.processes import UserProcesses
 from loadlib.run.target import Target
-from loadlib.run.users import fire_request_event, stats_name
+from loadlib.run.users import fire_request_event, mode_user_classes, stats_name
 from loadlib.truth.cache import flush_prefix_cache
 from loadlib.truth.watch import ServerWatch
 from loadlib.wire.client import chat_body
@@ -51,7 +51,10 @@ class RunSession:
         self.environment = environment
         self.opts = environment.parsed_options
         self.plays_load_modes = plays_load_modes  # locustfiles/dflash.py, not the user's own users
-        self.profile = profile  # as checked at start-up (the web UI's form may name another); None: own users
+        self.locustfile_classes = list(environment.user_classes)
+        self.profile: Profile | None = None  # None: the locustfile's own users
+        if profile is not None:
+            self.use_profile(profile)
         self.target = target
         self.users: UserProcesses | None = None  # set by the wiring, before any test
         self.run_dir: Path | None = None
@@ -66,21 +69,28 @@ class RunSession:
         self.early_stop: EarlyStop | None = None
         self.summarized = True
         self.summary_text = ""
-        self._profile_file = self.opts.profile
         self._runs = 0
 
     @property
     def mode(self) -> LoadMode:
         return mode_of(self.profile)
 
+    def use_profile(self, profile: Profile) -> None:
+        """The profile the next test plays, and the user classes its mode spawns."""
+        self.profile = profile
+        self.environment.user_classes = mode_user_classes(self.mode.user_kind(profile.load), profile,
+                                                          self.locustfile_classes)
+
     # --- a test --------------------------------------------------------------------------------
 
     def begin(self) -> None:
         """A test starts: run directory, configuration to every process, manifest, the driver."""
         opts = self.opts
-        if self.plays_load_modes and opts.profile != self._profile_file:
-            try:  # the web UI's form named another profile
-                self.profile, self._profile_file = run_profile(opts), opts.profile
+        if self.plays_load_modes:
+            try:  # the options as they stand: the web UI's form may have changed them, or the profile
+                profile = run_profile(opts)
+                if profile != self.profile:
+                    self.use_profile(profile)
             except ProfileError as exc:
                 log.error("error: %s", exc)
                 gevent.spawn(self.environment.runner.stop)

@@ -33,8 +33,8 @@ from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
                                 run_profile, usage_error)
 from loadlib.run.processes import LocalUsers
-from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, MODE_MESSAGE, LocalSink, ProcessRun, WorkerSink,
-                                 attach)
+from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, MODE_MESSAGE, PID_MESSAGE, LocalSink, ProcessRun,
+                                 WorkerSink, attach)
 from loadlib.run.selfwatch import SelfWatch
 from loadlib.run.session import RunSession
 from loadlib.run.target import Target
@@ -77,9 +77,6 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     target.start()
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
-    if profile is not None:
-        environment.user_classes = mode_user_classes(session.mode.user_kind(profile.load), profile,
-                                                     locustfile_classes)
     if isinstance(runner, MasterRunner):
         session.users = WorkerUsers(environment, session.take_lines, session.take_lost, session.live_add,
                                     session.stop, respawn_lost_users=plays_load_modes)
@@ -142,5 +139,6 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
                                                               for data in msg.data])
     environment.events.report_to_master.add_listener(
         lambda client_id, data: data.__setitem__(SELFWATCH_KEY, {**run.watch.snapshot(), "pid": os.getpid()}))
-    environment.events.test_start.add_listener(lambda **_: run.watch.start())
+    environment.events.test_start.add_listener(
+        lambda **_: (run.watch.start(), runner.send_message(PID_MESSAGE, os.getpid())))
     environment.events.test_stop.add_listener(lambda **_: (run.sink.flush(), run.watch.stop()))

@@ -29,7 +29,7 @@ from loadlib.modes import Assignment
 from loadlib.records import RequestRecord
 from loadlib.run.config import RunConfig
 from loadlib.run.processes import LostWorker, UserProcesses
-from loadlib.run.runtime import ASSIGN_MESSAGE, CONFIG_MESSAGE, FLUSH_S, MODE_MESSAGE, RECORDS_MESSAGE
+from loadlib.run.runtime import ASSIGN_MESSAGE, CONFIG_MESSAGE, FLUSH_S, MODE_MESSAGE, PID_MESSAGE, RECORDS_MESSAGE
 from loadlib.run.selfwatch import SelfWatch
 
 log = logging.getLogger("uni-bench")
@@ -55,10 +55,12 @@ class WorkerUsers(UserProcesses):
         self.held: dict[str, tuple[str, Assignment]] = {}  # request id -> (worker id, assignment)
         self.in_flight_by_worker: dict[str, int] = {}
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
+        self.pid_by_worker: dict[str, int] = {}
         self._users_by_worker: dict[str, int] = {}
         self._watcher: gevent.Greenlet | None = None
         self._testing = False  # between begin and end: a worker lost then is the test's loss
         self.runner.register_message(RECORDS_MESSAGE, self._on_records)
+        self.runner.register_message(PID_MESSAGE, lambda msg, **_: self.pid_by_worker.__setitem__(msg.node_id, msg.data))
         environment.events.worker_report.add_listener(self._on_report)
 
     def worker_ids(self) -> tuple[str, ...]:
@@ -143,7 +145,7 @@ class WorkerUsers(UserProcesses):
 
     def _lose(self, worker_id: str) -> None:
         """A worker's process is gone: say so, fail what it held, and carry on without it."""
-        pid = self.selfwatch_by_worker.get(worker_id, {}).get("pid")
+        pid = self.pid_by_worker.get(worker_id)
         held = [(rid, assignment) for rid, (holder, assignment) in self.held.items() if holder == worker_id]
         in_flight = max(self.in_flight_by_worker.get(worker_id, 0), len(held))
         lost = LostWorker(worker_id, pid, time.time(), self._users_by_worker.get(worker_id, 0), in_flight,

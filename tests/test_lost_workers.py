@@ -1,0 +1,120 @@
+"""Distributed runs on one machine (`--processes`): a worker killed mid-run is said, counted and
+survived within seconds, with no traceback; two such runs side by side never join each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadlib.records import read_records
+from tests.conftest import FAST_SIM, LOCUSTFILE
+
+pytestmark = pytest.mark.processes
+
+OWN_LOCUSTFILE = '''
+from locust import constant, task
+from loadlib import LLMUser
+
+
+class Chat(LLMUser):
+    wait_time = constant(0.05)
+
+    @task
+    def ask(self):
+        self.chat([{"role": "user", "content": "Name a prime."}], name="prime", max_tokens=64)
+'''
+
+
+def locust(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "locust", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for_records(run_dir: Path, proc: subprocess.Popen[str], count: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not (run_dir / "records.jsonl").exists() or len(list(read_records(run_dir))) < count:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, f"fewer than {count} records after {timeout} s"
+        time.sleep(0.1)
+
+
+def kill_one_worker(proc: subprocess.Popen[str]) -> int:
+    """SIGKILLs one of the run's worker processes (a child of the master that is no simulator)."""
+    workers = [child for child in psutil.Process(proc.pid).children()
+               if "loadlib.sim" not in " ".join(child.cmdline())]
+    assert len(workers) == 2, [w.cmdline() for w in workers]
+    os.kill(workers[0].pid, signal.SIGKILL)
+    return workers[0].pid
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_worker_killed_in_the_protocol_is_said_and_the_run_ends_on_its_own_without_traceback(tmp_path):
+    run_dir = tmp_path / "r"
+    proc = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "4", "--processes", "2", "--rounds", "3",
+                   "--scenarios", "", "--concurrency", "2,4", "--max-tokens", "1024", "--loglevel", "WARNING",
+                   "--run-dir", str(run_dir), "--sim-args", FAST_SIM], tmp_path)
+    wait_for_records(run_dir, proc, 2)
+    killed_at = time.time()
+    pid = kill_one_worker(proc)
+    out, err = finish(proc, timeout=90)
+    took = time.time() - killed_at
+    assert proc.returncode == 1, err[-3000:]  # Locust's --exit-code-on-error: the lost requests failed
+    assert "Traceback" not in err and "ChildProcessError" not in err, err[-3000:]
+    assert took < 45, f"the run took {took:.0f} s after the worker died"  # not a 60 s wait for users
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [lost] = manifest["lost_workers"]
+    assert lost["pid"] == pid and lost["users"] >= 1 and lost["exit"] == "killed by signal 9"
+    assert killed_at - 1 <= lost["at"] <= killed_at + 10
+    summary = (run_dir / "summary.txt").read_text(encoding="utf-8")
+    assert "WORKERS LOST: 1 worker process" in summary and str(pid) in summary
+    records = list(read_records(run_dir))
+    assert len(records) == 2 * 3 * (2 + 4)  # every assignment has a record, the lost ones as failures
+
+
+def test_with_your_own_locustfile_a_lost_worker_is_named_in_the_summary_and_manifest(tmp_path):
+    (tmp_path / "mylocust.py").write_text(OWN_LOCUSTFILE)
+    run_dir = tmp_path / "r"
+    proc = locust(["-f", "mylocust.py", "--headless", "-u", "4", "-r", "4", "-t", "8s", "--processes", "2",
+                   "--loglevel", "WARNING", "--run-dir", str(run_dir), "--sim-args", FAST_SIM], tmp_path)
+    wait_for_records(run_dir, proc, 4)
+    killed_at = time.time()
+    pid = kill_one_worker(proc)
+    out, err = finish(proc, timeout=60)
+    assert "Traceback" not in err and "ChildProcessError" not in err, err[-3000:]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [lost] = manifest["lost_workers"]
+    assert lost["pid"] == pid and lost["users"] == 2 and killed_at - 1 <= lost["at"] <= killed_at + 10
+    summary = (run_dir / "summary.txt").read_text(encoding="utf-8")
+    assert "WORKERS LOST: 1 worker process" in summary and "with 2 users" in summary, summary
+
+
+def test_two_local_processes_runs_on_one_machine_each_keep_their_own_workers(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        runs.append(locust(["-f", str(LOCUSTFILE), "--headless", "-u", "2", "--processes", "2", "--rounds", "1",
+                            "--scenarios", "code", "--concurrency", "2", "--loglevel", "WARNING",
+                            "--run-dir", str(tmp_path / name / "r"), "--sim-args", FAST_SIM], tmp_path / name))
+        time.sleep(0.5)
+    for name, proc in zip(("a", "b"), runs):
+        out, err = finish(proc, timeout=120)
+        assert proc.returncode == 0, f"run {name}: {err[-3000:]}"
+        records = [r for r in read_records(tmp_path / name / "r") if r["measured"]]
+        assert len(records) == 1 + 2 * 2 and all(r["error"] is None for r in records), (name, records)
+        assert not json.loads((tmp_path / name / "r" / "manifest.json").read_text()).get("lost_workers")
