@@ -290,3 +290,33 @@ def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_pa
         assert view["live"]["in_flight"][-1] == 4 and max(view["live"]["tokens_per_s"]) > 0
         assert len(view["live"]["ttft"]) == 4 and all(0 < v < 5 for _t, v in view["live"]["ttft"])
         assert "live: 4 streams in flight" in view["phase"]
+
+
+def test_a_host_typed_in_the_form_is_the_one_recorded_and_the_tab_ends_as_the_summary_does(tmp_path, simulator):
+    """Locust started without --host (the built-in simulator runs), a test started from the form
+    with another server's address: the manifest and the summary name that server, not the
+    built-in simulator, and the tab's last word is the summary's."""
+    other, _trace = simulator
+    with started_web_locust(tmp_path, "--rounds", "1", "--scenarios", "code", "--concurrency", "2",
+                            workers=0) as (url, run_dir):
+        start = urllib.parse.urlencode({"user_count": "2", "spawn_rate": "2", "host": other.url}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url + "swarm", data=start), timeout=30) as reply:
+            assert json.load(reply)["success"] is True
+        deadline = time.monotonic() + 60
+        while not (run_dir / "summary.txt").exists():
+            assert time.monotonic() < deadline, "the run did not end"
+            time.sleep(0.3)
+        time.sleep(1.5)  # the tab's next poll
+        with urllib.request.urlopen(url + "uni/figures.json", timeout=5) as reply:
+            phase = json.load(reply)["phase"]
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["target"]["url"] == other.url and manifest["target"]["builtin_simulator"] is False
+    summary = (run_dir / "summary.txt").read_text(encoding="utf-8")
+    assert other.url in summary and "built-in simulator" not in summary
+    assert {r["request_id"] for r in read_records(run_dir)} <= set(read_trace_ids(_trace))  # it served them
+    assert ("CUT SHORT" in summary) == phase.startswith("CUT SHORT"), (phase, summary[:400])
+    assert phase.startswith("Finished: all 3 cells done"), phase
+
+
+def read_trace_ids(trace: Path) -> list[str]:
+    return [orjson.loads(line)["request_id"] for line in trace.read_bytes().splitlines()]
