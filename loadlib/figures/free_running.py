@@ -139,7 +139,7 @@ def timeline(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
 def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float]:
     """The steady part of a free-running run: from the first to the last moment the number of
     requests in flight is at or above its time-weighted median (this leaves out ramp-up and
-    drain, whatever the load shape)."""
+    drain, whatever the load shape). Its requests are those sent within it (`steady_requests`)."""
     sent_sorted, end_sorted = np.sort(sent_at), np.sort(end_at)
     times = np.unique(np.concatenate([sent_sorted, end_sorted]))
     # in flight from times[i] to times[i + 1]: sent by then minus ended by then
@@ -151,6 +151,15 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     median = int(np.searchsorted(time_at_level, time_at_level[-1] / 2))
     at_or_above = np.flatnonzero(level[:-1] >= median)
     return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
+
+
+def steady_requests(sent: np.ndarray, start: float, stop: float) -> np.ndarray:
+    """Which requests belong to the steady window `[start, stop]`: those sent within it, however
+    late they end. A request meets the load in flight when it is sent (its queueing, so its TTFT,
+    is set then): one sent during the ramp-up ran under a lighter load than the window's, even if
+    it ended inside it. Every per-request figure of the window (completions/s, goodput, SLO
+    attainment, n, failures, percentiles) counts these requests and no others."""
+    return (sent >= start) & (sent <= stop)
 
 
 SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]
@@ -175,32 +184,29 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
                        cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """Steady-state levels of each free-running cell (a `case` that is not the protocol's).
 
-    Within the steady window (`steady_window`): mean requests in flight, decode tokens/s of all
-    streams, successful completions/s, and goodput: completions/s of requests that succeeded
-    with TTFT <= `slo_ttft_s` and decode >= `slo_decode_tps` (an answer that came in one read,
-    with no decode rate, is judged on its TTFT). `slo_attainment` is the share of
-    requests sent in the window that met the SLO (failures count as misses); `n` and `failed`
-    count the requests sent in the window. Times are seconds from the cell's first send.
-    `cells` saves recomputing `steady_cells(df)` for a caller that has them.
+    Over the steady window (`steady_window`): mean requests in flight and decode tokens/s of all
+    streams. Of the window's requests (`steady_requests`): `n`, `failed`, successful completions
+    per second of the window, goodput (those per second that also had TTFT <= `slo_ttft_s` and
+    decode >= `slo_decode_tps`; an answer that came in one read, with no decode rate, is judged
+    on its TTFT), and `slo_attainment`, the share that met the SLO (failures count as misses).
+    So goodput_rps = slo_attainment * n / window_s and requests_per_s = (n - failed) / window_s.
+    Times are seconds from the cell's first send. `cells` saves recomputing `steady_cells(df)`
+    for a caller that has them.
     """
     rows = []
     for cell, group, origin, sent, end, start, stop in steady_cells(df) if cells is None else cells:
         length = stop - start
-        in_window = (sent >= start) & (sent <= stop)
-        ended_in_window = (end >= start) & (end <= stop)
-        ok = group["ok"].to_numpy()
-        met = meets_slo(ok, group["ttft_s"].to_numpy(), group["decode_tps"].to_numpy(), slo_ttft_s,
-                        slo_decode_tps)
+        pick = steady_requests(sent, start, stop)
+        ok, ttft, decode = (group[col].to_numpy()[pick] for col in ("ok", "ttft_s", "decode_tps"))
+        met = meets_slo(ok, ttft, decode, slo_ttft_s, slo_decode_tps)
         edges = np.array([start, stop])
         busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
         tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]
         rate = 1 / length if length > 0 else np.nan
         rows.append({
             "cell": cell, "window_start_s": start, "window_s": length, "in_flight": busy * rate,
-            "decode_tps": tokens * rate, "requests_per_s": (ok & ended_in_window).sum() * rate,
-            "goodput_rps": (met & ended_in_window).sum() * rate,
-            "slo_attainment": met[in_window].mean() if in_window.any() else np.nan,
-            "n": int(in_window.sum()), "failed": int((~ok & in_window).sum()),
+            "decode_tps": tokens * rate, "requests_per_s": ok.sum() * rate, "goodput_rps": met.sum() * rate,
+            "slo_attainment": met.mean() if len(met) else np.nan, "n": len(met), "failed": int((~ok).sum()),
         })
     return pd.DataFrame(rows, columns=STEADY_COLUMNS)
 
@@ -245,7 +251,7 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
     requests sent within the cell's steady window (`cells` as in `steady_state_table`)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
-        steady = group[group["ok"].to_numpy() & (sent >= start) & (sent <= stop)]
+        steady = group[group["ok"].to_numpy() & steady_requests(sent, start, stop)]
         figures = steady[[col for col in STEADY_FIGURES if col not in STEADY_OPTIONAL
                           or (steady[col] > 0 if col == "reasoning_tokens" else steady[col].notna()).any()]]
         pct = figures.quantile(list(PERCENTILES)).T

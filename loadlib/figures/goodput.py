@@ -1,5 +1,8 @@
 """Goodput's targets, defined once: a request counts towards goodput when it succeeded, its TTFT
-is at most `ttft_s` and its decode at least `decode_tps` (`formulas.meets_slo`).
+is at most `ttft_s` and its decode at least `decode_tps` (`formulas.meets_slo`). Goodput and
+SLO attainment judge the same requests, a free-running cell's steady-window requests
+(`free_running.steady_requests`): goodput is how many met the targets per second of the window,
+attainment what share of them did.
 
 The summary, the report, compare and the web UI all take their defaults from `DEFAULT_SLO`.
 """
