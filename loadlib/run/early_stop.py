@@ -8,7 +8,6 @@ from typing import Any, Callable
 
 import gevent
 import orjson
-from locust.env import Environment
 
 from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http
 
@@ -16,8 +15,7 @@ log = logging.getLogger("uni-bench")
 
 
 class EarlyStop:
-    def __init__(self, environment: Environment, host: str, stop: Callable[[str], None]) -> None:
-        self.environment = environment
+    def __init__(self, host: str, stop: Callable[[str], None]) -> None:
         self.host = host
         self._stop = stop
         self.first = FirstFailures()

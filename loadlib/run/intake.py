@@ -4,7 +4,7 @@ Records come one at a time from this process's users, or as a worker's batch of 
 way they go to the journal at once (a batch in one write, as it came), are counted, and the last
 `window` of them stay in memory, unparsed, for the live figures. Nothing here grows with the run:
 the journal on disk is the record of truth. Only a rounds run parses every record as it arrives,
-because its conductor waits for each request it assigned. Every record is also fired as
+because its driver waits for each request it assigned. Every record is also fired as
 `loadlib.events.record` once it is on disk (parsed only when someone listens).
 """
 
@@ -18,14 +18,17 @@ import orjson
 
 from loadlib.hooks import events
 from loadlib.records import RecordJournal, RequestRecord
+from loadlib.run.early_stop import EarlyStop
 
 
 class RecordIntake:
     def __init__(self, run_dir: Path, window: int | None,
-                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_record: Callable[[dict[str, Any]], None] | None = None,
+                 early_stop: EarlyStop | None = None) -> None:
         self.journal = RecordJournal(run_dir)
         self.count = 0
-        self.on_record = on_record  # sees every record, parsed (the rounds conductor)
+        self.on_record = on_record  # sees every record, parsed (the rounds driver)
+        self.early_stop = early_stop  # sees the first records
         self._recent: collections.deque[bytes] = collections.deque(maxlen=window)
         self._parsed: tuple[int, list[dict[str, Any]]] = (0, [])
 
@@ -34,6 +37,8 @@ class RecordIntake:
         line = record.to_json()
         self.journal.append_lines(line + b"\n")
         self._take([line], [record.to_dict()] if self._parses else None)
+        if self.early_stop is not None:
+            self.early_stop.see([record.to_dict()])
 
     def take_lines(self, lines: bytes) -> None:
         """A worker's batch: JSON lines joined by newlines."""
@@ -42,6 +47,8 @@ class RecordIntake:
         self.journal.append_lines(lines + b"\n")
         split = lines.split(b"\n")
         self._take(split, [orjson.loads(line) for line in split] if self._parses else None)
+        if self.early_stop is not None:
+            self.early_stop.see_lines(lines)
 
     @property
     def _parses(self) -> bool:

@@ -6,6 +6,7 @@ manifest keeps these with the run so that reports and comparisons can show them.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import sys
@@ -19,6 +20,8 @@ import psutil
 
 from loadlib.run.config import RunConfig
 from loadlib.run.inputs import profile_settings
+
+log = logging.getLogger("uni-bench")
 
 MANIFEST_FILE = "manifest.json"
 _SECRET_FLAGS = ("--api-key",)
@@ -63,6 +66,37 @@ def build_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan: l
         },
         "client": client_host(),
     }
+
+
+def opening_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan: list[Any],
+                     profile_file: str | None, model_warning: str | None) -> dict[str, Any]:
+    """The manifest as a test starts: what it measures, the profile it plays, and the load mode's
+    findings about its plan (also logged). `ended_at` null marks a test still under way, or killed."""
+    manifest = build_manifest(config, opts, target, plan)
+    if profile_file and config.profile is not None:
+        manifest["profile"] = {"file": profile_file, **config.profile.model_dump(mode="json", by_alias=True)}
+    if model_warning:
+        manifest["model_warning"] = model_warning
+    for key, said in config.load_mode.notes(config.profile, config.context_tokens).items():
+        log.warning("%s", said)
+        manifest[key] = said
+    manifest["ended_at"] = None
+    return manifest
+
+
+def close_manifest(manifest: dict[str, Any], finished: bool, cut_short: str | None, lost: list[Any],
+                   client_watch: list[dict[str, Any]], cache_flushes: dict[str, int]) -> None:
+    """The manifest's end: when, whether the plan was done (and if not, why), the workers lost,
+    the client's self-watch and the prefix-cache flushes."""
+    manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest["finished"] = finished
+    if cut_short:
+        manifest["cut_short"] = cut_short
+    if lost:
+        manifest["lost_workers"] = [vars(worker) for worker in lost]
+    manifest["client_watch"] = client_watch
+    if cache_flushes:
+        manifest["cache_flushes"] = cache_flushes
 
 
 def client_host() -> dict[str, Any]:

@@ -22,16 +22,18 @@ from locust.env import Environment
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
-from loadlib.records import RequestRecord, read_records, records_frame
+from loadlib.records import RequestRecord, read_records
 from loadlib.run import llmstats
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
 from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
-from loadlib.run.manifest import build_manifest, write_manifest
+from loadlib.run.manifest import close_manifest, opening_manifest, write_manifest
 from loadlib.run.preflight import list_models
 from loadlib.run.processes import UserProcesses
+from loadlib.run.shape import StreamsWanted
+from loadlib.run.summary_files import write_summary
 from loadlib.run.target import Target
 from loadlib.run.users import fire_request_event, mode_user_classes, stats_name
 from loadlib.truth.cache import flush_prefix_cache
@@ -63,10 +65,8 @@ class RunSession:
         self.config: RunConfig | None = None
         self.manifest: dict[str, Any] = {}
         self.live = LiveSeries()
-        self.users_override: int | None = None  # the web UI's Edit of a closed run
-        self.spawn_rate_given = self.opts.spawn_rate is not None  # -r given (else: all at once)
+        self.streams = StreamsWanted(self)
         self.cut_short: str | None = None
-        self.early_stop: EarlyStop | None = None
         self.summarized = True
         self.summary_text = ""
         self._runs = 0
@@ -97,7 +97,8 @@ class RunSession:
                 return
         self._runs += 1
         self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self.target.label())
-        self.live, self.users_override, self.cut_short, self.summarized = LiveSeries(), None, None, False
+        self.live, self.cut_short, self.summarized = LiveSeries(), None, False
+        self.streams.edited = None
         api_key = api_key_of(opts)
         models = list_models(self.target.url, api_key, not opts.insecure)
         model, model_warning = models.choose(opts.model)
@@ -109,9 +110,9 @@ class RunSession:
                                          time.time() + 0.5, profile, self.users.worker_ids(),
                                          models.context_tokens.get(model))
         self.driver = self.mode.driver(profile, users, config.started_at, self._coordination(config))
+        early_stop = EarlyStop(self.target.url, self.stop) if not opts.keep_going else None
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
-                                   self._settle if self.driver.wants_records else None)
-        self.early_stop = EarlyStop(self.environment, self.target.url, self.stop) if not opts.keep_going else None
+                                   self._settle if self.driver.wants_records else None, early_stop)
         self.users.begin(config)
         self._write_first_manifest(config, model_warning)
         ServerWatch(self.run_dir, opts, self.target.url, api_key, self.note_in_manifest,
@@ -133,15 +134,9 @@ class RunSession:
             settle_s=self.users.settle_s, request_timeout_s=opts.request_timeout)
 
     def _write_first_manifest(self, config: RunConfig, model_warning: str | None) -> None:
-        self.manifest = build_manifest(config, self.opts, self.target.description(), self.driver.plan)
-        if self.plays_load_modes and self.opts.profile:
-            self.manifest["profile"] = {"file": self.opts.profile, **self.profile.model_dump(mode="json", by_alias=True)}
-        if model_warning:
-            self.manifest["model_warning"] = model_warning
-        for key, said in config.load_mode.notes(config.profile, config.context_tokens).items():
-            log.warning("%s", said)
-            self.manifest[key] = said
-        self.manifest["ended_at"] = None  # the end marker, set by end(): null after a kill means cut short
+        profile_file = self.opts.profile if self.plays_load_modes else None
+        self.manifest = opening_manifest(config, self.opts, self.target.description(), self.driver.plan,
+                                         profile_file, model_warning)
         write_manifest(self.run_dir, self.manifest)
 
     def end(self) -> None:
@@ -152,37 +147,15 @@ class RunSession:
         self.users.end()
         if self.opts.csv_prefix:  # Locust rewrites its --csv files once a second, not at the end: let it
             gevent.sleep(locust_stats.CSV_STATS_INTERVAL_SEC + 0.2)  # write them once more with every request
-        from loadlib.report import console
-        from loadlib.report.summary import summary_document
-
-        self._write_last_manifest()
-        if self.intake is not None:
-            self.intake.close()
-        frame = records_frame(read_records(self.run_dir))  # the journal, not memory
-        text = console.render(summary_document(frame, self.manifest, self.run_dir))
-        (self.run_dir / "summary.txt").write_text(text, encoding="utf-8")
-        self.summary_text = text
-        if self.opts.csv_prefix:
-            llmstats.write_csv(llmstats.per_name_table(frame), self.opts.csv_prefix)
-        print(text, flush=True)
-        print(f"Run files: {self.run_dir}  (recompute with: python -m analysis report {self.run_dir})",
-              flush=True)
-
-    def _write_last_manifest(self) -> None:
-        """The manifest's end: when, whether the plan was done (and if not, why), what was lost."""
         driver = self.driver
-        self.manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self.manifest["finished"] = driver is not None and driver.plan_done()
         if driver is not None and driver.stopped and not self.cut_short:
             self.cut_short = driver.stopped
-        if self.cut_short:
-            self.manifest["cut_short"] = self.cut_short
-        if self.users.lost:
-            self.manifest["lost_workers"] = [vars(lost) for lost in self.users.lost]
-        self.manifest["client_watch"] = self.users.selfwatch()
-        if driver is not None and driver.flushes:
-            self.manifest["cache_flushes"] = dict(driver.flushes)
+        close_manifest(self.manifest, driver is not None and driver.plan_done(), self.cut_short, self.users.lost,
+                       self.users.selfwatch(), dict(driver.flushes) if driver is not None else {})
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
+        if self.intake is not None:
+            self.intake.close()
+        self.summary_text = write_summary(self.run_dir, self.manifest, self.opts.csv_prefix)
 
     def add_to_html_report(self) -> None:
         """Locust has written its `--html` report: the run's summary goes in it too."""
@@ -204,8 +177,6 @@ class RunSession:
         """A record from this process's users (or one that a lost worker can no longer send)."""
         if self.intake is not None:
             self.intake.take_record(record)
-            if self.early_stop is not None:
-                self.early_stop.see([record.to_dict()])
 
     def take_lost(self, record: RequestRecord) -> None:
         """The failed record of a request a lost worker held: counted by Locust too, and kept."""
@@ -218,10 +189,8 @@ class RunSession:
 
     def take_lines(self, lines: bytes) -> None:
         """A worker's batch of records, as JSON lines."""
-        if self.intake is not None and lines:
+        if self.intake is not None:
             self.intake.take_lines(lines)
-            if self.early_stop is not None:
-                self.early_stop.see_lines(lines)
 
     def _settle(self, record: dict[str, Any]) -> None:
         """A record the driver waits for: nobody holds it any more, and the driver may go on."""
@@ -245,23 +214,3 @@ class RunSession:
         self.manifest[key] = value
         if self.run_dir is not None:
             write_manifest(self.run_dir, self.manifest)
-
-    # --- what the load shape spawns -------------------------------------------------------------
-
-    def edit_streams(self, users: int, spawn_rate: float | None) -> None:
-        """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
-        self.users_override = users
-        if spawn_rate is not None:
-            self.opts.spawn_rate = spawn_rate
-            self.spawn_rate_given = True
-        self.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
-        log.info("Edit: the closed loop now runs %d streams", users)
-
-    def users_wanted(self) -> int:
-        """What the load mode wants spawned now; before it starts, what its first cell will want."""
-        if self.users_override is not None:
-            return self.users_override
-        if self.driver is not None and not self.driver.finished.is_set():
-            return self.driver.users_wanted(time.time())
-        users = self.opts.num_users or 1
-        return self.mode.first_users(self.profile.load, users) if self.profile is not None else users

@@ -3,9 +3,42 @@ and `-t` as Locust documents them (`use_common_options`)."""
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Any
+
 from locust.shape import LoadTestShape
 
-from loadlib.run.wiring import session_of
+log = logging.getLogger("uni-bench")
+
+
+class StreamsWanted:
+    """How many users the load shape should have spawned, and at what rate: what the session's load
+    mode wants now, unless the web UI's Edit of a closed run said otherwise (`edited`)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.edited: int | None = None
+        self.rate_given = session.opts.spawn_rate is not None  # -r given (else: all at once)
+
+    def edit(self, users: int, spawn_rate: float | None) -> None:
+        """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
+        self.edited = users
+        if spawn_rate is not None:
+            self.session.opts.spawn_rate = spawn_rate
+            self.rate_given = True
+        self.session.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
+        log.info("Edit: the closed loop now runs %d streams", users)
+
+    def now(self) -> int:
+        """What the load mode wants spawned now; before it starts, what its first cell will want."""
+        session = self.session
+        if self.edited is not None:
+            return self.edited
+        if session.driver is not None and not session.driver.finished.is_set():
+            return session.driver.users_wanted(time.time())
+        users = session.opts.num_users or 1
+        return session.mode.first_users(session.profile.load, users) if session.profile is not None else users
 
 
 class ProtocolShape(LoadTestShape):
@@ -15,6 +48,8 @@ class ProtocolShape(LoadTestShape):
     use_common_options = True
 
     def tick(self) -> tuple[int, float] | None:
+        from loadlib.run.wiring import session_of  # the wiring imports the session, which imports this
+
         environment = self.runner.environment
         session = session_of(environment)
         opts = environment.parsed_options
@@ -30,6 +65,6 @@ class ProtocolShape(LoadTestShape):
         if opts.run_time and self.get_run_time() >= opts.run_time and not session.summarized:
             session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
             return None
-        users = session.users_wanted()
-        rate = opts.spawn_rate if session.spawn_rate_given else float(users)
+        users = session.streams.now()
+        rate = opts.spawn_rate if session.streams.rate_given else float(users)
         return users, rate

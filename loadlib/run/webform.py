@@ -133,7 +133,7 @@ def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
         return refuse(f"Number of users: expected a whole number, got {request.form.get('user_count')!r}")
     if users < 1:
         return refuse(f"Number of users: must be at least 1, got {users}")
-    session.edit_streams(users, float(request.form["spawn_rate"]) if request.form.get("spawn_rate") else None)
+    session.streams.edit(users, float(request.form["spawn_rate"]) if request.form.get("spawn_rate") else None)
     return jsonify({"success": True, "message": f"Closed loop now runs {users} streams", "host": session.environment.host})
 
 
