@@ -1,7 +1,9 @@
 """This tool's command-line options, added to Locust's own parser.
 
-They are real Locust options: they appear in `locust --help`, in the web UI's start form, and
-reach workers with the rest of the parsed options. Bad values stop the run before it starts
+They are real Locust options: they are read from the command line, the environment and config
+files as Locust's are, appear in the web UI's start form, and reach workers with the rest of the
+parsed options. (`locust --help` prints before it loads a locustfile, so it cannot list them:
+docs/protocol.md does.) Bad values stop the run before it starts
 with argparse's one-line error (exit code 2).
 """
 

@@ -2,7 +2,7 @@
 
 Later turns find the history in the prefix cache, so their TTFT should stay flat while the
 prompt grows; records carry `turn` for per-turn figures. The assistant turns in the history are
-the script's, not the server's own replies (the client keeps no output text), so a later turn
+the script's, not the server's own replies (so that every run sends the same prompts), so a later turn
 hits the cache up to the end of the previous prompt, as with a server whose reply differs.
 """
 

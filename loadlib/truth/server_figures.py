@@ -54,7 +54,7 @@ NAMES_READ = _names_read()  # the only samples the figures need: parse just thes
 
 @dataclass(frozen=True)
 class CellSpan:
-    """One cell as one source's scrapes frame it: the conductor's order, name and case, and the
+    """One cell as one source's scrapes frame it: the driver's order, name and case, and the
     wall clock of its start and end scrapes (the cell's requests were sent between them)."""
 
     index: int

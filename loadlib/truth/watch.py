@@ -1,6 +1,6 @@
 """Server-side truth during a run: what the target says it is, and its metrics around every cell.
 
-`ServerWatch(...).start()` is called once per run by the session (after the conductor exists,
+`ServerWatch(...).start()` is called once per run by the session (after the driver exists,
 before it starts).
 It hands the target's self-description to the session for the manifest (the session is the
 manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages at
