@@ -1,4 +1,9 @@
-"""Shared fixtures: real processes (Locust, the simulator), always stopped."""
+"""Shared fixtures: real processes (Locust, the simulator), always stopped.
+
+A test that starts a process (Locust, the simulator, sglang-router, Prometheus, a browser) is
+marked `processes`: `python -m pytest -q -m "not processes"` is the fast half. The mark is kept
+true by a guard: an unmarked test (or a fixture it sets up) that starts a process fails.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,42 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "dflash.py"
 FAST_SIM = "--time-scale 0.05"
+
+
+@contextmanager
+def _processes_refused_unless_marked(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("processes") is not None:
+        yield
+        return
+    start = subprocess.Popen._execute_child
+
+    def refuse(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"{item.nodeid} starts a process ({args!r:.120}): mark it @pytest.mark.processes")
+
+    subprocess.Popen._execute_child = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _processes_refused_unless_marked(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _processes_refused_unless_marked(item):
+        yield
 
 
 def free_port() -> int:

@@ -121,6 +121,7 @@ output_tokens = { dist = "lognormal", mean = 150, std = 100, max = 600 }
 """
 
 
+@pytest.mark.processes
 def test_a_free_running_profile_run_reports_and_plots_by_length(tmp_path):
     run_profile(tmp_path, PROFILE, 3)
     run_dir = tmp_path / "run"

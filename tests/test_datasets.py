@@ -173,6 +173,7 @@ def test_the_path_is_relative_to_the_profile_and_reply_length_needs_replies(tmp_
         load_profile(profile)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("data, needle", [
     (None, "data.jsonl: cannot read: No such file or directory"),
     ('{"messages": [{"role": "user", "content": "a"}]}\n{"messages": [{"role": "user"\n',
@@ -192,6 +193,7 @@ def test_a_bad_dataset_stops_the_run_with_one_line_and_exit_code_2(tmp_path, dat
 
 # --- through Locust ----------------------------------------------------------------------------
 
+@pytest.mark.processes
 def test_the_example_runs_requests_and_conversations_with_their_reply_lengths(tmp_path):
     shutil.copytree(REPO / "profiles" / "data", tmp_path / "data")
     text = re.sub(r"^duration_s = .*$", "duration_s = 2", EXAMPLE.read_text(encoding="utf-8"), flags=re.MULTILINE)

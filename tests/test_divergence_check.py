@@ -22,6 +22,7 @@ def server_cells(run_dir):
     return tables["server_cells"], tables["server_divergence"]
 
 
+@pytest.mark.processes
 def test_no_divergence_is_flagged_where_nothing_merges_chunks(tmp_path):
     result = run_locust([*RUN, "--run-dir", str(tmp_path / "r"), "--sim-args", FAST_SIM], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -32,6 +33,7 @@ def test_no_divergence_is_flagged_where_nothing_merges_chunks(tmp_path):
         assert row["accept_basis"] == "gauge" and abs(row["divergence"]) <= server_figures.GAUGE_LIMIT
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("interval", [2, 4])
 def test_merged_steps_are_still_flagged(tmp_path, interval):
     result = run_locust([*RUN, "--scenarios", "code,cn_essay", "--run-dir", str(tmp_path / "r"),

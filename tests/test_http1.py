@@ -221,6 +221,7 @@ time.sleep(1)
 """
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps")
 def test_a_burst_of_first_tokens_is_read_before_slow_parsing_of_them_ends():
     """16 streams' first events land together; parsing each takes 3 ms (48 ms in all), and the

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from loadlib.sim.wire import SHAPES
 from loadlib.wire import flavours
 
@@ -16,6 +18,7 @@ SIM_MAY_LOAD = ("loadlib", "loadlib.wire", "loadlib.wire.flavours")
 HEAVY = ("pandas", "prometheus_client", "psutil", "locust")
 
 
+@pytest.mark.processes
 def test_the_simulator_imports_nothing_of_the_tool_but_the_flavours():
     code = ("import json, sys; import loadlib.sim.server, loadlib.sim.__main__; "
             "print(json.dumps(sorted(sys.modules)))")

@@ -40,6 +40,7 @@ def run_streams(url: str, counters: LiveCounters | None, streams: int = STREAMS,
     return [job.get() for job in jobs], snapshots
 
 
+@pytest.mark.processes
 def test_streams_in_flight_chunks_and_first_tokens_show_before_any_request_ends(sim):
     counters = LiveCounters()
     records, snapshots = run_streams(sim.url, counters)
@@ -52,6 +53,7 @@ def test_streams_in_flight_chunks_and_first_tokens_show_before_any_request_ends(
     assert ttfts == pytest.approx(sorted(r.ttft_s for r in records))
 
 
+@pytest.mark.processes
 def test_totals_over_the_snapshots_match_the_records(sim):
     counters = LiveCounters()
     records, snapshots = run_streams(sim.url, counters)
@@ -64,6 +66,7 @@ def test_totals_over_the_snapshots_match_the_records(sim):
     assert all(s["interval_s"] >= 0 for s in snapshots)
 
 
+@pytest.mark.processes
 def test_a_failed_request_counts_as_ended_and_failed_without_usage_tokens(sim):
     counters = LiveCounters()
     client = ChatClient(sim.url, ChatSettings(model="sim", timeout_s=30), live_counters=counters)
@@ -76,6 +79,7 @@ def test_a_failed_request_counts_as_ended_and_failed_without_usage_tokens(sim):
     assert (snapshot["completion_tokens"], snapshot["completion_chunks"]) == (1, record.chunks)
 
 
+@pytest.mark.processes
 def test_clients_update_the_process_counters_by_default(sim):
     live.COUNTERS.snapshot_and_reset()
     records, snapshots = run_streams(sim.url, None, streams=2, max_tokens=20)

@@ -34,6 +34,7 @@ def locust(args: list[str], cwd, timeout: float = 120.0) -> subprocess.Completed
                           timeout=timeout)
 
 
+@pytest.mark.processes
 def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request(tmp_path):
     code = readme_locustfile()
     assert len([line for line in code.splitlines() if line.strip()]) <= 15
@@ -78,6 +79,7 @@ jitter_s = 0.2
 """
 
 
+@pytest.mark.processes
 def test_t_ends_a_free_running_profile_on_time_with_its_summary(tmp_path):
     (tmp_path / "p.toml").write_text(CLOSED_LONG, encoding="utf-8")
     started = time.monotonic()
@@ -91,6 +93,7 @@ def test_t_ends_a_free_running_profile_on_time_with_its_summary(tmp_path):
     assert len(list(read_records(tmp_path / "run"))) > 10
 
 
+@pytest.mark.processes
 def test_t_cuts_the_rounds_protocol_short_and_the_summary_says_so(tmp_path):
     result = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "2", "-t", "2s", "--rounds", "20",
                      "--run-dir", "run", "--sim-args", "--time-scale 0.2"], tmp_path)
@@ -100,6 +103,7 @@ def test_t_cuts_the_rounds_protocol_short_and_the_summary_says_so(tmp_path):
     assert manifest["finished"] is False and manifest["cut_short"].startswith("-t/--run-time")
 
 
+@pytest.mark.processes
 def test_sigterm_ends_a_run_like_ctrl_c_with_its_summary_and_the_simulator_stopped(tmp_path):
     (tmp_path / "p.toml").write_text(CLOSED_LONG, encoding="utf-8")
     process = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2",
@@ -133,6 +137,7 @@ jitter_s = 0.2
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("processes", [1, 2])
 def test_locust_failure_ratio_equals_the_records_failure_share(tmp_path, processes):
     (tmp_path / "p.toml").write_text(FAULTY, encoding="utf-8")

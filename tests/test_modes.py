@@ -27,6 +27,7 @@ jitter_s = 0.5
 """
 
 
+@pytest.mark.processes
 def test_closed_mode_keeps_u_streams_busy_after_a_jittered_start_and_leaves_out_the_warmup(tmp_path):
     result, df = run_profile(tmp_path, CLOSED, 4)
     assert df["error"].isna().all()
@@ -45,6 +46,7 @@ def test_closed_mode_keeps_u_streams_busy_after_a_jittered_start_and_leaves_out_
     assert "Steady state of free-running cells" in result.stdout and "warmup" not in result.stdout
 
 
+@pytest.mark.processes
 def test_closed_mode_runs_across_two_processes(tmp_path):
     master = str(free_port())  # not Locust's default *:5557, which other runs may hold
     _result, df = run_profile(tmp_path, CLOSED, 4, "--processes", "2", "--master-bind-host", "127.0.0.1",
@@ -66,6 +68,7 @@ duration_s = 2
 """
 
 
+@pytest.mark.processes
 def test_open_mode_holds_the_arrival_rate_without_bursts(tmp_path):
     result, df = run_profile(tmp_path, OPEN, 8)
     assert df["error"].isna().all()
@@ -83,6 +86,7 @@ def test_open_mode_holds_the_arrival_rate_without_bursts(tmp_path):
     assert "open-20rps" in result.stdout
 
 
+@pytest.mark.processes
 def test_open_mode_does_not_wait_for_responses_and_records_the_client_queue_apart(tmp_path):
     """One user and arrivals faster than the server answers: requests wait on the client, the
     wait is `queue_s`, and TTFT (from the send) does not include it."""
@@ -113,6 +117,7 @@ jitter_s = 0.1
 """
 
 
+@pytest.mark.processes
 def test_ladder_steps_users_up_to_u_and_measures_each_level_apart(tmp_path):
     result, df = run_profile(tmp_path, LADDER, 4)
     assert df["error"].isna().all()

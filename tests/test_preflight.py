@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import orjson
+import pytest
 
 from loadlib.records import read_records
 from tests.conftest import FAST_SIM, run_locust
@@ -22,6 +23,7 @@ jitter_s = 0.1
 """
 
 
+@pytest.mark.processes
 def test_a_model_the_server_does_not_list_is_warned_about_once(tmp_path):
     result = run_locust(["--headless", "-u", "2", "--rounds", "1", "--concurrency", "2", "--scenarios", "code",
                          "--model", "nope", "--run-dir", str(tmp_path / "r"), "--sim-args", FAST_SIM], cwd=tmp_path)
@@ -31,6 +33,7 @@ def test_a_model_the_server_does_not_list_is_warned_about_once(tmp_path):
     assert manifest["model_warning"].startswith("--model nope")
 
 
+@pytest.mark.processes
 def test_first_requests_all_failing_alike_stop_the_run_with_the_reason(tmp_path):
     (tmp_path / "p.toml").write_text(CLOSED, encoding="utf-8")
     started = time.monotonic()
@@ -44,6 +47,7 @@ def test_first_requests_all_failing_alike_stop_the_run_with_the_reason(tmp_path)
     assert len(list(read_records(tmp_path / "r"))) >= 8
 
 
+@pytest.mark.processes
 def test_keep_going_runs_on_through_failures(tmp_path):
     (tmp_path / "p.toml").write_text(CLOSED, encoding="utf-8")
     result = run_locust(["--headless", "-u", "2", "-t", "4s", "--keep-going", "--profile", "p.toml",
@@ -53,6 +57,7 @@ def test_keep_going_runs_on_through_failures(tmp_path):
     assert "-t/--run-time 4 s reached" in result.stdout
 
 
+@pytest.mark.processes
 def test_https_against_a_plain_http_port_says_so(tmp_path, simulator):
     sim, _trace = simulator
     (tmp_path / "p.toml").write_text(CLOSED, encoding="utf-8")

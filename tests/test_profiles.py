@@ -30,6 +30,7 @@ def test_the_five_profiles_are_shipped_and_valid():
         load_profile(PROFILES / name)
 
 
+@pytest.mark.processes
 def test_uni_bench_runs_the_protocol(tmp_path):
     result, df = run_profile(tmp_path, shortened("uni-bench.toml"), 8)
     assert df["error"].isna().all() and (df["max_tokens"] == 512).all()
@@ -39,12 +40,14 @@ def test_uni_bench_runs_the_protocol(tmp_path):
     assert "Single stream" in result.stdout and "Concurrency" in result.stdout
 
 
+@pytest.mark.processes
 def test_uni_bench_x2_runs_4_and_8_streams_at_1024_tokens(tmp_path):
     _result, df = run_profile(tmp_path, shortened("uni-bench-x2.toml"), 8)
     assert df["error"].isna().all() and (df["max_tokens"] == 1024).all()
     assert set(df.loc[df["concurrency"] > 1, "cell"]) == {"c4-same", "c4-different", "c8-same", "c8-different"}
 
 
+@pytest.mark.processes
 def test_prefill_sweep_is_cold_at_every_size(tmp_path):
     result, df = run_profile(tmp_path, shortened("prefill-sweep.toml"), 1, sim="--time-scale 0.001")
     sweep = df[df["measured"]]
@@ -56,6 +59,7 @@ def test_prefill_sweep_is_cold_at_every_size(tmp_path):
     assert "prefill-234k" in result.stdout
 
 
+@pytest.mark.processes
 def test_issue_bot_mixes_issues_tool_calls_and_long_context_in_open_loop(tmp_path):
     result, df = run_profile(tmp_path, shortened("issue-bot.toml"), 8, sim="--time-scale 0.01")
     run = df[df["measured"]]
@@ -66,6 +70,7 @@ def test_issue_bot_mixes_issues_tool_calls_and_long_context_in_open_loop(tmp_pat
     assert "goodput = completions/s meeting TTFT <= 3 s and decode >= 20 t/s" in result.stdout
 
 
+@pytest.mark.processes
 def test_chat_mix_runs_conversations_with_thinking_on_and_off(tmp_path):
     result, df = run_profile(tmp_path, shortened("chat-mix.toml"), 4)
     run = df[df["measured"]]
@@ -77,6 +82,7 @@ def test_chat_mix_runs_conversations_with_thinking_on_and_off(tmp_path):
 
 # --- broken profiles ---------------------------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.parametrize("text, args, needle", [
     ('[load]\nmode = "open"\nrate = 3\nduration_s = 5\n[scenarios.vision]\n', [], "load.rate: unknown key"),
     ('[load\nmode = "open"\n', [], "invalid TOML"),

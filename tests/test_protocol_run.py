@@ -33,6 +33,7 @@ def protocol_run(tmp_path_factory):
     return result, work / "r", read_trace(trace)
 
 
+@pytest.mark.processes
 def test_run_keeps_one_valid_record_per_request_of_the_plan(protocol_run):
     _result, run_dir, _trace = protocol_run
     df = pd.DataFrame(list(read_records(run_dir)))
@@ -45,6 +46,7 @@ def test_run_keeps_one_valid_record_per_request_of_the_plan(protocol_run):
     assert (df["completion_tokens"] == 512).all()
 
 
+@pytest.mark.processes
 def test_streams_of_a_round_start_together(protocol_run):
     _result, run_dir, _trace = protocol_run
     df = pd.DataFrame(list(read_records(run_dir)))
@@ -52,6 +54,7 @@ def test_streams_of_a_round_start_together(protocol_run):
     assert (spread < 0.02).all(), spread.to_dict()
 
 
+@pytest.mark.processes
 def test_per_request_figures_match_the_simulators_own_timing(protocol_run):
     _result, run_dir, trace = protocol_run
     for record in read_records(run_dir):
@@ -66,6 +69,7 @@ def test_per_request_figures_match_the_simulators_own_timing(protocol_run):
         assert client_decode == pytest.approx(sim_decode, rel=0.05)
 
 
+@pytest.mark.processes
 def test_round_aggregates_match_the_simulators_timing(protocol_run):
     _result, run_dir, trace = protocol_run
     records = list(read_records(run_dir))
@@ -79,6 +83,7 @@ def test_round_aggregates_match_the_simulators_timing(protocol_run):
         assert table.loc[key, "aggregate_tps"] == pytest.approx(expected, rel=0.05), key
 
 
+@pytest.mark.processes
 def test_live_summary_equals_the_post_processors_report(protocol_run):
     """The report, recomputed from the records and the final manifest on disk, is the manifest,
     then the live summary to the character, then more figures."""
@@ -100,6 +105,7 @@ def test_live_summary_equals_the_post_processors_report(protocol_run):
                      ("c4-different", 4, "different")}
 
 
+@pytest.mark.processes
 def test_manifest_describes_the_run(protocol_run):
     _result, run_dir, _trace = protocol_run
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
@@ -109,6 +115,7 @@ def test_manifest_describes_the_run(protocol_run):
     assert manifest["protocol"]["thinking"] == "off"
 
 
+@pytest.mark.processes
 def test_two_processes_produce_one_complete_run(tmp_path):
     port = str(free_port())  # not Locust's default *:5557, which other runs may hold
     result = run_locust([*BASE, "-u", "4", "--processes", "2", "--concurrency", "2,4",
@@ -123,6 +130,7 @@ def test_two_processes_produce_one_complete_run(tmp_path):
     assert "Concurrency" in result.stdout
 
 
+@pytest.mark.processes
 def test_unreachable_host_gives_counted_failures_not_a_crash(tmp_path):
     result = run_locust([*BASE, "-u", "2", "--rounds", "1", "--host", "http://127.0.0.1:9",
                          "--model", "m", "--run-dir", str(tmp_path / "r")], cwd=tmp_path)
@@ -134,6 +142,7 @@ def test_unreachable_host_gives_counted_failures_not_a_crash(tmp_path):
     assert "connection refused" in result.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args, needle", [
     (["--rounds", "0"], "--rounds"),
     (["--concurrency", "2,x"], "--concurrency"),
@@ -148,6 +157,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, needle):
     assert needle in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.processes
 def test_api_key_never_reaches_a_file(tmp_path):
     secret = "sk-test-4b1d-never-written"
     env = dict(os.environ, OPENAI_API_KEY=secret)
@@ -162,6 +172,7 @@ def test_api_key_never_reaches_a_file(tmp_path):
         assert secret.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.processes
 def test_a_lost_worker_fails_its_requests_and_the_run_finishes_by_itself(tmp_path):
     import signal
     import time
@@ -196,6 +207,7 @@ def test_a_lost_worker_fails_its_requests_and_the_run_finishes_by_itself(tmp_pat
     assert WORKER_LOST in (run_dir / "summary.txt").read_text(encoding="utf-8")
 
 
+@pytest.mark.processes
 def test_the_web_ui_binds_loopback_unless_told(tmp_path):
     import time
 

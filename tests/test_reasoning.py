@@ -108,6 +108,7 @@ def test_steady_percentiles_show_ttfo_and_reasoning_tokens_when_some_request_rea
 
 # --- a real run ---------------------------------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.parametrize("flavor", ["sglang", "vllm"])
 def test_a_thinking_run_records_ttfo_after_ttft_and_reasoning_tokens(tmp_path, flavor):
     run_dir = tmp_path / "run"
@@ -127,6 +128,7 @@ def test_a_thinking_run_records_ttfo_after_ttft_and_reasoning_tokens(tmp_path, f
     assert summary in result.stdout + result.stderr
 
 
+@pytest.mark.processes
 def test_a_run_without_thinking_has_no_ttfo(tmp_path):
     run_dir = tmp_path / "run"
     result = run_locust(["--headless", "-u", "1", "--rounds", "1", "--concurrency", "1", "--scenarios", "code",

@@ -467,6 +467,7 @@ def sim_url():
         sim.stop()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fault", list(SIM_FAULTS))
 def test_simulator_fault_is_a_failed_record_and_the_next_request_is_normal(fault, sim_url, client):
     c = client(sim_url)

@@ -50,6 +50,7 @@ def outcomes(tmp_path_factory) -> dict[str, subprocess.CompletedProcess[str]]:
     return results
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_naming_it_and_exit_code_2(outcomes, case):
     result = outcomes[case]
@@ -59,6 +60,7 @@ def test_bad_input_is_one_line_naming_it_and_exit_code_2(outcomes, case):
     assert CASES[case][1] in last, last
 
 
+@pytest.mark.processes
 def test_a_refused_run_dir_is_left_as_it_was(outcomes, tmp_path_factory):
     assert outcomes["run dir holding a run"].returncode == 2
     old = Path(outcomes["run dir holding a run"].args[-1])

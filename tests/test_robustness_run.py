@@ -91,6 +91,7 @@ def fault_run(tmp_path_factory):
     return result, work / "r", dict(server.served)
 
 
+@pytest.mark.processes
 def test_the_run_goes_on_through_every_fault(fault_run):
     result, run_dir, served = fault_run
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -100,6 +101,7 @@ def test_the_run_goes_on_through_every_fault(fault_run):
     assert set(FAULTS) <= set(served.values())
 
 
+@pytest.mark.processes
 def test_each_failed_record_carries_the_reason_of_its_fault(fault_run):
     _result, run_dir, served = fault_run
     for record in journal(run_dir):
@@ -107,6 +109,7 @@ def test_each_failed_record_carries_the_reason_of_its_fault(fault_run):
         assert record["sent_at"] > 1e9  # failed requests are placed in time like the others
 
 
+@pytest.mark.processes
 def test_locusts_failure_table_shows_each_reason(fault_run):
     result, run_dir, _served = fault_run
     with open(run_dir / "locust_failures.csv", newline="") as fh:
@@ -116,6 +119,7 @@ def test_locusts_failure_table_shows_each_reason(fault_run):
     assert "connection reset mid-stream" in result.stdout + result.stderr  # Locust's error report
 
 
+@pytest.mark.processes
 def test_the_summary_and_the_report_count_each_reason_and_exclude_the_failures(fault_run):
     _result, run_dir, _served = fault_run
     records = journal(run_dir)
@@ -137,6 +141,7 @@ def test_the_summary_and_the_report_count_each_reason_and_exclude_the_failures(f
     assert counted == expected
 
 
+@pytest.mark.processes
 def test_failed_requests_never_enter_decode_or_aggregate_figures(fault_run):
     _result, run_dir, _served = fault_run
     records = journal(run_dir)
@@ -162,6 +167,7 @@ def test_failed_requests_never_enter_decode_or_aggregate_figures(fault_run):
             assert row["aggregate_tps"] == pytest.approx(sum(aggregates) / len(aggregates))
 
 
+@pytest.mark.processes
 def test_the_report_says_how_many_requests_each_figure_excludes(fault_run):
     _result, run_dir, _served = fault_run
     records = journal(run_dir)
@@ -178,6 +184,7 @@ def test_the_report_says_how_many_requests_each_figure_excludes(fault_run):
 
 # --- a server that goes away and comes back ------------------------------------------------------
 
+@pytest.mark.processes
 def test_a_server_restart_mid_run_gives_failures_while_down_then_normal_figures(tmp_path):
     from loadlib.sim.process import start_simulator
 
@@ -241,6 +248,7 @@ def interrupted_run(tmp_path: Path, url: str, sig: int, after_records: int,
     return run_dir, signalled_at, proc.returncode, out, err
 
 
+@pytest.mark.processes
 def test_kill_9_mid_run_keeps_every_finished_request_and_the_report_says_cut_short(tmp_path, sim):
     process, trace = sim
     run_dir, killed_at, _code, _out, _err = interrupted_run(tmp_path, process.url, signal.SIGKILL, 12, timeout=10)
@@ -252,6 +260,7 @@ def test_kill_9_mid_run_keeps_every_finished_request_and_the_report_says_cut_sho
     assert "CUT SHORT" in result.stdout and f"{len(records)} requests" in result.stdout
 
 
+@pytest.mark.processes
 def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path, sim):
     process, _trace = sim
     run_dir = tmp_path / "r"
@@ -272,6 +281,7 @@ def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path, sim):
     assert "torn last line" in out.stderr and "3 requests, 0 failed" in out.stdout
 
 
+@pytest.mark.processes
 def test_kill_9_of_one_worker_keeps_the_finished_requests_and_ctrl_c_ends_the_run(tmp_path, sim):
     process, trace = sim
     run_dir = tmp_path / "r"
@@ -301,6 +311,7 @@ def test_kill_9_of_one_worker_keeps_the_finished_requests_and_ctrl_c_ends_the_ru
     assert result.returncode == 0 and "CUT SHORT" in result.stdout, result.stderr
 
 
+@pytest.mark.processes
 def test_ctrl_c_ends_the_run_cleanly_with_the_summary_of_what_finished(tmp_path, sim):
     process, trace = sim
     run_dir, stopped_at, code, out, err = interrupted_run(tmp_path, process.url, signal.SIGINT, 10, timeout=20)

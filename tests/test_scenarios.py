@@ -51,6 +51,7 @@ def measured(df, scenario):
     return df[df["measured"] & (df["scenario"] == scenario)]
 
 
+@pytest.mark.processes
 def test_radix_hit_primes_once_then_every_stream_hits_the_whole_prompt(rounds_run):
     _result, df = rounds_run
     prime = df[df["cell"] == "prime"]
@@ -64,6 +65,7 @@ def test_radix_hit_primes_once_then_every_stream_hits_the_whole_prompt(rounds_ru
     assert (same_output == 1).all()  # identical prompt at temperature 0
 
 
+@pytest.mark.processes
 def test_distinct_issues_never_share_a_prefix_within_a_round(rounds_run):
     _result, df = rounds_run
     issues = measured(df, "distinct-issues")
@@ -73,6 +75,7 @@ def test_distinct_issues_never_share_a_prefix_within_a_round(rounds_run):
     assert issues["prompt_tokens"].nunique() > 10
 
 
+@pytest.mark.processes
 def test_multi_turn_resends_a_growing_history_that_later_turns_find_cached(rounds_run):
     _result, df = rounds_run
     chat = measured(df, "multi-turn")
@@ -83,6 +86,7 @@ def test_multi_turn_resends_a_growing_history_that_later_turns_find_cached(round
     assert (later["cache_intended"] == "warm").all() and (later["cache_observed"] == "warm").all()
 
 
+@pytest.mark.processes
 def test_tool_call_and_vision_requests_are_served(rounds_run):
     result, df = rounds_run
     assert len(measured(df, "tool-call")) == 15
@@ -90,6 +94,7 @@ def test_tool_call_and_vision_requests_are_served(rounds_run):
     assert len(vision) == 15 and (vision["prompt_tokens"] > 256).all()  # the image counts as prompt
 
 
+@pytest.mark.processes
 def test_thinking_is_switched_per_scenario(rounds_run):
     _result, df = rounds_run
     thinking = df[df["measured"]].groupby("scenario")["thinking"].agg(set).to_dict()
@@ -97,6 +102,7 @@ def test_thinking_is_switched_per_scenario(rounds_run):
     assert all(value == {False} for value in thinking.values())
 
 
+@pytest.mark.processes
 def test_the_summary_shows_each_scenario_and_the_turns(rounds_run):
     result, _df = rounds_run
     summary = result.stdout
@@ -105,6 +111,7 @@ def test_the_summary_shows_each_scenario_and_the_turns(rounds_run):
     assert "Multi-turn: TTFT per turn" in summary and "Cache state" in summary
 
 
+@pytest.mark.processes
 def test_long_context_requests_are_cold_and_sized_in_server_tokens(tmp_path):
     profile = """
 [request]
@@ -130,6 +137,7 @@ sizes = [2000, 8000, 30000]
     assert "Prefill (prefill = prompt/TTFT" in result.stdout and "prefill-30k" in result.stdout
 
 
+@pytest.mark.processes
 def test_a_cold_request_served_from_cache_is_flagged(tmp_path):
     """Protocol prompts meant cold in a closed loop: the cache is flushed once, at the start, so
     the fixed prompts soon meet their own earlier copies; distinct issues never do."""
@@ -216,6 +224,7 @@ def tool_server():
         thread.join(timeout=5)
 
 
+@pytest.mark.processes
 def test_streamed_tool_calls_count_as_output(tmp_path, tool_server):
     profile = """
 [load]

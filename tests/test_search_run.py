@@ -37,6 +37,7 @@ def report_json(run_dir) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(tmp_path, processes):
     args = []
@@ -81,6 +82,7 @@ decode_p = 90
 """
 
 
+@pytest.mark.processes
 def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(tmp_path):
     """Open loop: at 32 req/s the queue grows without bound, at 8 it does not."""
     result, df = run_profile(tmp_path, RATE_SEARCH, 32, sim=QUEUEING_SIM)
@@ -100,6 +102,7 @@ def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(t
     assert "search_run.png" in plots.stdout and (tmp_path / "plots" / "search_run.png").stat().st_size > 10_000
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("table, needle", [
     ("[slo]\nttft_s = 1\nttft_pct = 90\n", "slo.ttft_pct: unknown key"),
     ("[slo]\nttft_p = 90\n", "slo: ttft_p needs ttft_s"),

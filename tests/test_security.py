@@ -41,6 +41,7 @@ def plan_args(server: FaultServer, run_dir: Path) -> list[str]:
             "--model", MODEL, "--run-dir", str(run_dir)]
 
 
+@pytest.mark.processes
 def test_the_api_key_from_the_command_line_reaches_the_server_and_no_output(tmp_path):
     with FaultServer(["echoes_the_api_key", "normal"]) as server:
         run_dir = tmp_path / "r"
@@ -61,6 +62,7 @@ def test_the_api_key_from_the_command_line_reaches_the_server_and_no_output(tmp_
         assert secret not in result.stdout + result.stderr + report.stdout + report.stderr
 
 
+@pytest.mark.processes
 def test_the_api_key_from_the_environment_never_shows_in_the_web_ui(tmp_path):
     port = free_port()
     run_dir = tmp_path / "r"
@@ -163,6 +165,7 @@ def test_insecure_skips_verification(tls_server):
     assert record.error is None and record.completion_tokens == COMPLETION_TOKENS
 
 
+@pytest.mark.processes
 def test_a_run_against_an_untrusted_certificate_fails_every_request_with_the_reason(tls_server, tmp_path):
     result = run_locust(["--headless", *plan_args(tls_server, tmp_path / "r")], cwd=tmp_path)
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -170,6 +173,7 @@ def test_a_run_against_an_untrusted_certificate_fails_every_request_with_the_rea
     assert "5 requests, 5 failed" in (tmp_path / "r" / "summary.txt").read_text()
 
 
+@pytest.mark.processes
 def test_insecure_run_succeeds_and_warns(tls_server, tmp_path):
     result = run_locust(["--headless", *plan_args(tls_server, tmp_path / "r"), "--insecure"], cwd=tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -180,6 +184,7 @@ def test_insecure_run_succeeds_and_warns(tls_server, tmp_path):
 
 # --- the simulator stays on this machine ---------------------------------------------------------------
 
+@pytest.mark.processes
 def test_the_simulator_binds_loopback_unless_told_otherwise():
     from loadlib.sim.process import start_simulator
 

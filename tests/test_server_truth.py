@@ -151,6 +151,7 @@ def test_metrics_urls_default_to_the_metrics_page():
     assert metrics_url("http://gpu-box:29000/custom/metrics") == "http://gpu-box:29000/custom/metrics"
 
 
+@pytest.mark.processes
 def test_a_page_that_is_not_there_is_recorded_missing_not_raised(tmp_path, simulator):
     sim, _trace = simulator
     dead_port = free_port()
@@ -194,6 +195,7 @@ def sim_run(tmp_path_factory):
     return result, work / "r", secret
 
 
+@pytest.mark.processes
 def test_manifest_holds_the_servers_self_description_and_the_client_host(sim_run):
     _result, run_dir, _secret = sim_run
     manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
@@ -214,12 +216,14 @@ def test_manifest_holds_the_servers_self_description_and_the_client_host(sim_run
     assert client["cpu_model"] and client["cores"] >= 1 and client["python"] and client["locust"]
 
 
+@pytest.mark.processes
 def test_api_key_reaches_no_file(sim_run):
     _result, run_dir, secret = sim_run
     for path in run_dir.iterdir():
         assert secret.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.processes
 def test_every_cell_is_scraped_at_its_start_and_end_and_during(sim_run):
     _result, run_dir, _secret = sim_run
     entries = [e for e in read_scrapes(run_dir) if e["source"] == "target"]
@@ -230,6 +234,7 @@ def test_every_cell_is_scraped_at_its_start_and_end_and_during(sim_run):
     assert any(e["phase"] == "interval" and e.get("cell") for e in entries)
 
 
+@pytest.mark.processes
 def test_report_shows_the_server_view_beside_the_client_view(sim_run):
     _result, run_dir, _secret = sim_run
     text = report(run_dir)
@@ -252,6 +257,7 @@ def stream_interval_supported() -> bool:
     return "--stream-interval" in help_text
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not stream_interval_supported(), reason="the simulator has no --stream-interval yet")
 def test_merged_chunks_are_flagged_as_divergence(tmp_path):
     result = run_locust([*BASE, "--run-dir", str(tmp_path / "r"), "--sim-args", f"{FAST_SIM} --stream-interval 4"],
@@ -275,6 +281,7 @@ def routed():
             yield url, f"http://127.0.0.1:{metrics_port}", sim.urls
 
 
+@pytest.mark.processes
 def test_router_and_worker_metrics_give_the_per_instance_split(tmp_path, routed):
     router, router_metrics, workers = routed
     result = run_locust([*BASE, "--host", router, "--run-dir", str(tmp_path / "r"),

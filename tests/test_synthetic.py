@@ -73,6 +73,7 @@ def test_a_bad_distribution_names_the_key(tmp_path, table, message):
     assert str(error.value).startswith(f"{path}: scenarios.syn.{message}"), str(error.value)
 
 
+@pytest.mark.processes
 def test_a_bad_distribution_stops_the_run_with_one_line_and_exit_code_2(tmp_path):
     profile = tmp_path / "p.toml"
     profile.write_text('[load]\nmode = "closed"\nduration_s = 5\n[scenarios.synthetic]\n'
@@ -101,6 +102,7 @@ def test_with_ignore_eos_the_simulator_answers_exactly_max_tokens():
 
 # --- through Locust ----------------------------------------------------------------------------
 
+@pytest.mark.processes
 def test_prompts_are_sized_in_server_tokens_behind_shared_prefixes_and_answers_run_to_their_draw(tmp_path):
     profile = """
 seed = 2

@@ -38,6 +38,7 @@ def test_a_scenarios_thinking_overrides_the_runs_both_ways():
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+@pytest.mark.processes
 def test_server_default_on_the_simulator_answers_as_thinking_on_does(simulator):
     """The simulator's Qwen3 preset thinks when no enable_thinking is sent, as the real template does."""
     sim, _trace = simulator

@@ -138,6 +138,7 @@ COLUMN = {"status": 1, "ttft": 2, "decode": 3, "tok_per_chunk": 4, "aggregate": 
           "failures": 8}
 
 
+@pytest.mark.processes
 def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(web_locust):
     url, run_dir = web_locust
     ARTIFACTS.mkdir(exist_ok=True)
@@ -199,6 +200,7 @@ jitter_s = 0.2
 """
 
 
+@pytest.mark.processes
 def test_edit_changes_the_streams_of_a_closed_run_and_the_form_refuses_a_bad_host(tmp_path):
     (tmp_path / "closed.toml").write_text(CLOSED, encoding="utf-8")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -241,6 +243,7 @@ def wait_for_streams(run_dir: Path, streams: int, timeout: float = 30.0) -> None
     pytest.fail(f"expected {streams} streams sending, saw {sorted(seen)}")
 
 
+@pytest.mark.processes
 def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
     """The Edit form's request during a rounds run is refused with its reason, marked for the page's
     notice script (Locust's Edit dialog closes on submit whatever the answer; the script, served in
@@ -269,6 +272,7 @@ jitter_s = 0.1
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("workers", [0, 2])
 def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_path, workers):
     """Long answers (several seconds each): the tab's phase row and /uni/figures.json show the
@@ -292,6 +296,7 @@ def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_pa
         assert "live: 4 streams in flight" in view["phase"]
 
 
+@pytest.mark.processes
 def test_a_host_typed_in_the_form_is_the_one_recorded_and_the_tab_ends_as_the_summary_does(tmp_path, simulator):
     """Locust started without --host (the built-in simulator runs), a test started from the form
     with another server's address: the manifest and the summary name that server, not the

@@ -13,6 +13,7 @@ from sim_http import chat, request
 from loadlib.sim.process import start_simulator
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("args", [["--max-running-requests", "0"], ["--preset", "nope"],
                                   ["--flavor", "tgi"], ["--time-scale", "-1"], ["--bogus"]])
 def test_bad_flags_exit_2_with_one_line(args):
@@ -22,6 +23,7 @@ def test_bad_flags_exit_2_with_one_line(args):
     assert proc.stderr.startswith("loadlib.sim: error: ") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly(sig):
     sim = start_simulator(["--time-scale", "0.05"])
@@ -46,6 +48,7 @@ def free_port_pair() -> int:
     pytest.skip("no two consecutive free ports")
 
 
+@pytest.mark.processes
 def test_instances_listen_on_consecutive_ports_with_separate_engines():
     port = free_port_pair()
     proc = subprocess.Popen([sys.executable, "-m", "loadlib.sim", "--instances", "2", "--port", str(port),
@@ -66,6 +69,7 @@ def test_instances_listen_on_consecutive_ports_with_separate_engines():
         assert proc.wait(10) == 0
 
 
+@pytest.mark.processes
 def test_start_simulator_reports_a_failed_start():
     with pytest.raises(RuntimeError, match="unrecognized arguments"):
         start_simulator(["--no-such-flag"])

@@ -15,6 +15,7 @@ from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
 from loadlib.sim.process import start_simulator
 
 
+@pytest.mark.processes
 def test_server_info_reports_launch_flags_version_and_accept_length(sim):
     chat(sim.url, max_tokens=512)  # over 40 decode batches: one decode log at least
     for path in ("/get_server_info", "/server_info"):
@@ -26,6 +27,7 @@ def test_server_info_reports_launch_flags_version_and_accept_length(sim):
         assert 1 < info["internal_states"][0]["avg_spec_accept_length"] <= 8
 
 
+@pytest.mark.processes
 def test_spec_accept_length_gauge_is_the_last_decode_log_interval_server_info_the_lifetime():
     # SGLang's decode log sets the gauge every --decode-log-interval decode batches from those
     # batches alone; /get_server_info averages every completed interval since start.
@@ -44,6 +46,7 @@ def test_spec_accept_length_gauge_is_the_last_decode_log_interval_server_info_th
     assert rate == pytest.approx((essay - 1) / 7)
 
 
+@pytest.mark.processes
 def test_model_info_and_health_generate(sim):
     for path in ("/get_model_info", "/model_info"):
         info = request(sim.url, "GET", path).body
@@ -51,6 +54,7 @@ def test_model_info_and_health_generate(sim):
     assert request(sim.url, "GET", "/health_generate").status == 200
 
 
+@pytest.mark.processes
 def test_metrics_use_sglang_names_and_count_tokens(sim):
     before = request(sim.url, "GET", "/metrics").body.decode()
     reply = chat(sim.url, max_tokens=50)
@@ -66,6 +70,7 @@ def test_metrics_use_sglang_names_and_count_tokens(sim):
     assert re.search(r'^sglang:e2e_request_latency_seconds_bucket\{.*le="\+Inf"\} \d+$', text, re.M)
 
 
+@pytest.mark.processes
 def test_flush_cache_empties_the_radix_cache_but_not_while_requests_run(sim):
     prompt = f"Summarize item {uuid.uuid4().hex} for me."
     chat(sim.url, prompt=prompt, max_tokens=4)

@@ -24,6 +24,7 @@ def traced(tmp_path_factory):
         yield proc, path
 
 
+@pytest.mark.processes
 def test_at_most_max_running_requests_decode_at_once_and_the_rest_queue(traced):
     sim, path = traced
     ids = [f"batch-{uuid.uuid4().hex[:8]}" for _ in range(5)]
@@ -37,6 +38,7 @@ def test_at_most_max_running_requests_decode_at_once_and_the_rest_queue(traced):
     assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third waited for a free slot
 
 
+@pytest.mark.processes
 def test_trace_records_each_request(traced):
     sim, path = traced
     reply = chat(sim.url, max_tokens=30, headers={"X-Request-Id": "trace-one"})
@@ -47,6 +49,7 @@ def test_trace_records_each_request(traced):
     assert record["received_at"] < record["first_token_at"] <= record["last_token_at"] <= record["done_at"]
 
 
+@pytest.mark.processes
 def test_identical_prompt_hits_the_radix_cache(traced):
     sim, _ = traced
     prompt = f"Explain request {uuid.uuid4().hex} in detail."
@@ -56,6 +59,7 @@ def test_identical_prompt_hits_the_radix_cache(traced):
     assert warm["prompt_tokens_details"]["cached_tokens"] == warm["prompt_tokens"] - 1
 
 
+@pytest.mark.processes
 def test_code_accepts_more_tokens_per_chunk_than_prose(traced):
     sim, _ = traced
     per_chunk = {}
@@ -66,6 +70,7 @@ def test_code_accepts_more_tokens_per_chunk_than_prose(traced):
     assert per_chunk["code"] > 5 and per_chunk["cn_essay"] < 2.2
 
 
+@pytest.mark.processes
 def test_time_scale_shrinks_simulated_durations(tmp_path):
     # 0.2 x (prefill ~0.13 s + 15 verify steps x ~26 ms) ~ 0.1 s; bounds are deliberately loose.
     path = tmp_path / "trace.jsonl"
@@ -77,6 +82,7 @@ def test_time_scale_shrinks_simulated_durations(tmp_path):
     assert 0.5 * 0.2 * 0.0259 * steps < decode < 3 * 0.2 * 0.0259 * steps
 
 
+@pytest.mark.processes
 def test_long_prompts_are_prefilled_in_chunks_of_chunked_prefill_size(traced):
     sim, _ = traced
     steps = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "loadlib_sim:prefill_steps_total")
@@ -87,6 +93,7 @@ def test_long_prompts_are_prefilled_in_chunks_of_chunked_prefill_size(traced):
 
 
 
+@pytest.mark.processes
 def test_stream_interval_merges_verify_steps_into_one_chunk():
     with start_simulator(["--time-scale", "0.02", "--stream-interval", "4"]) as sim:
         merged = chat(sim.url, max_tokens=512)
@@ -98,6 +105,7 @@ def test_stream_interval_merges_verify_steps_into_one_chunk():
     assert 1 < info["internal_states"][0]["avg_spec_accept_length"] <= 8  # per step, unchanged
 
 
+@pytest.mark.processes
 def test_a_client_that_hangs_up_while_queued_is_aborted(traced):
     sim, _ = traced
     aborted = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:num_aborted_requests_total")

@@ -16,6 +16,7 @@ def fault(sim, spec: str, **kw):
     return chat(sim.url, headers={"X-Sim-Fault": spec}, max_tokens=kw.pop("max_tokens", 60), **kw)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("spec,status,retry", [("http500", 500, None), ("http503", 503, "1"),
                                                ("http429=7", 429, "7")])
 def test_http_error_statuses(sim, spec, status, retry):
@@ -25,12 +26,14 @@ def test_http_error_statuses(sim, spec, status, retry):
     assert reply.headers.get("retry-after") == retry
 
 
+@pytest.mark.processes
 def test_too_long_is_sglangs_flat_400(sim):
     reply = fault(sim, "too_long")
     assert reply.status == 400 and reply.body["type"] == "BadRequestError"
     assert "longer than the model's context length" in reply.body["message"]
 
 
+@pytest.mark.processes
 def test_error_event_mid_stream_then_done(sim):
     reply = fault(sim, "error_event=20")
     errors = [e for e in reply.events if isinstance(e, dict) and "error" in e]
@@ -56,6 +59,7 @@ def raw_stream(url: str, headers: dict) -> bytes:
     raise AssertionError("the server never closed the connection")
 
 
+@pytest.mark.processes
 def test_dropped_connection_mid_stream(sim):
     data = raw_stream(sim.url, {"X-Sim-Fault": "drop=20"})
     assert data.startswith(b"HTTP/1.1 200 OK") and b'"content":"' in data
@@ -63,12 +67,14 @@ def test_dropped_connection_mid_stream(sim):
     assert chat(sim.url, max_tokens=8).status == 200  # the server carries on
 
 
+@pytest.mark.processes
 def test_malformed_line_then_the_stream_goes_on(sim):
     reply = fault(sim, "malformed=10")
     assert len(reply.bad_lines) == 1 and reply.usage["completion_tokens"] == 60
     assert reply.events[-1] == "[DONE]"
 
 
+@pytest.mark.processes
 def test_no_usage_and_no_done(sim):
     no_usage = fault(sim, "no_usage")
     assert no_usage.usage is None and no_usage.events[-1] == "[DONE]"
@@ -77,6 +83,7 @@ def test_no_usage_and_no_done(sim):
     assert raw_stream(sim.url, {"X-Sim-Fault": "no_done", "Connection": "close"}).endswith(b"0\r\n\r\n")
 
 
+@pytest.mark.processes
 def test_stalls_before_first_and_later_chunks_are_traced(tmp_path):
     path = tmp_path / "trace.jsonl"
     with start_simulator(["--time-scale", "0.05", "--trace", str(path)]) as sim:
@@ -90,6 +97,7 @@ def test_stalls_before_first_and_later_chunks_are_traced(tmp_path):
     assert decode["s2"] > decode["s0"] + 0.15
 
 
+@pytest.mark.processes
 def test_fault_shares_from_flags_are_reproducible():
     with start_simulator(["--time-scale", "0.02", "--fault", "http503@0.5", "--fault-seed", "3"]) as sim:
         first = [chat(sim.url, max_tokens=4).status for _ in range(12)]

@@ -22,6 +22,7 @@ def llamacpp():
         yield proc
 
 
+@pytest.mark.processes
 def test_vllm_omits_unset_fields_and_finishes_on_the_last_token_chunk(vllm):
     reply = chat(vllm.url, max_tokens=40, headers={"X-Request-Id": "v1"})
     role, *tokens, usage, done = reply.events
@@ -32,11 +33,13 @@ def test_vllm_omits_unset_fields_and_finishes_on_the_last_token_chunk(vllm):
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 40 and done == "[DONE]"
 
 
+@pytest.mark.processes
 def test_vllm_reasoning_is_delta_reasoning(vllm):
     reply = chat(vllm.url, max_tokens=200, thinking=True)
     assert reply.deltas[1].get("reasoning") and "reasoning_content" not in reply.deltas[1]
 
 
+@pytest.mark.processes
 def test_llamacpp_role_chunk_comments_and_timings(llamacpp):
     reply = chat(llamacpp.url, max_tokens=40)
     assert reply.headers["server"] == "llama.cpp"
@@ -49,21 +52,25 @@ def test_llamacpp_role_chunk_comments_and_timings(llamacpp):
     assert done == "[DONE]"
 
 
+@pytest.mark.processes
 def test_llamacpp_sends_no_done_after_an_error(llamacpp):
     reply = chat(llamacpp.url, max_tokens=60, headers={"X-Sim-Fault": "error_event=20"})
     assert "error" in reply.events[-1] and "[DONE]" not in reply.events
 
 
+@pytest.mark.processes
 def test_every_flavor_streams_the_same_text(sim, vllm, llamacpp):
     texts = {chat(s.url, chat_payload(max_tokens=50)).text for s in (sim, vllm, llamacpp)}
     assert len(texts) == 1
 
 
+@pytest.mark.processes
 def test_llamacpp_too_long_error_shape(llamacpp):
     reply = chat(llamacpp.url, max_tokens=8, headers={"X-Sim-Fault": "too_long"})
     assert reply.status == 400 and reply.body["error"]["type"] == "exceed_context_size_error"
 
 
+@pytest.mark.processes
 def test_every_flavor_streams_the_same_tool_calls_in_its_own_shape(sim, vllm, llamacpp):
     payload = chat_payload("Label issue 7 with the tools.", max_tokens=512, tools=list(tools()),
                            tool_choice="required")

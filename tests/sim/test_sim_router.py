@@ -19,6 +19,7 @@ def routed(tmp_path_factory):
             yield url, sim, trace
 
 
+@pytest.mark.processes
 def test_router_round_robins_protocol_requests_over_both_instances(routed):
     url, sim, trace = routed
     ids = [f"routed-{i}" for i in range(4)]

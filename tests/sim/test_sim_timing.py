@@ -8,6 +8,8 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from sim_http import chat_payload, read_trace
 
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
@@ -33,6 +35,7 @@ def _read_to_end(sock: socket.socket) -> bytes:
     return data
 
 
+@pytest.mark.processes
 def test_received_at_is_when_the_bytes_arrived_even_when_many_arrive_at_once(tmp_path):
     # 32 requests with 5,000-word prompts land together; parsing and tokenizing each takes the
     # simulator a millisecond or more, so the last ones are parsed tens of ms after arrival.
@@ -56,6 +59,7 @@ def test_received_at_is_when_the_bytes_arrived_even_when_many_arrive_at_once(tmp
     assert -0.001 < min(late) and max(late) < 0.005, late
 
 
+@pytest.mark.processes
 def test_received_at_is_the_first_byte_of_a_request_sent_in_two_writes(tmp_path):
     path = tmp_path / "trace.jsonl"
     with start_simulator(["--time-scale", "0.02", "--trace", str(path)]) as sim:
@@ -89,6 +93,7 @@ def _chunk_gaps(url: str, payload: dict) -> tuple[list[float], float]:
     return [b - a for a, b in zip(arrivals, arrivals[1:])], arrivals[0] - sent
 
 
+@pytest.mark.processes
 def test_a_new_request_stalls_running_decodes_by_one_prefill_forward_not_its_ttft():
     # A's decode is under way when B arrives: B's front-end latency (tokenizer, IPC) overlaps
     # A's decoding; only B's prefill forward pauses it, once, for about one step.

@@ -23,6 +23,7 @@ def triage_payload(tool_choice: object = "auto", **kw) -> dict:
     return payload
 
 
+@pytest.mark.processes
 def test_the_tool_call_scenario_gets_sglang_tool_call_deltas(sim):
     reply = chat(sim.url, triage_payload(max_tokens=1024))
     deltas = reply.tool_deltas
@@ -43,6 +44,7 @@ def test_the_tool_call_scenario_gets_sglang_tool_call_deltas(sim):
     assert summary.completion_tokens == reply.usage["completion_tokens"] > len(deltas)
 
 
+@pytest.mark.processes
 def test_tool_calls_are_deterministic_per_prompt_and_match_the_non_streamed_answer(sim):
     payload = triage_payload(max_tokens=1024)  # each scenario job has its own ticket number
     first, second = chat(sim.url, payload), chat(sim.url, payload)
@@ -53,6 +55,7 @@ def test_tool_calls_are_deterministic_per_prompt_and_match_the_non_streamed_answ
             for c in whole["message"]["tool_calls"]] == first.tool_calls
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("tool_choice, prompt", [
     ("none", "Reply only with tool calls."),  # tools switched off
     ("auto", "Tell me about autumn in Beijing."),  # nothing asks for a tool
@@ -63,6 +66,7 @@ def test_plain_text_when_no_tool_call_is_wanted(sim, tool_choice, prompt):
     assert reply.text and not reply.tool_deltas and reply.usage["completion_tokens"] == 40
 
 
+@pytest.mark.processes
 def test_a_named_or_required_tool_choice_calls_tools_even_unasked(sim):
     named = {"type": "function", "function": {"name": "add_labels"}}
     reply = chat(sim.url, chat_payload("Tell me about autumn.", max_tokens=512, tools=list(tools()),
@@ -78,6 +82,7 @@ def test_a_named_or_required_tool_choice_calls_tools_even_unasked(sim):
     assert bad.status == 400 and "no_such_tool" in bad.body["message"]
 
 
+@pytest.mark.processes
 def test_max_tokens_cuts_a_tool_call_short_with_finish_length(sim):
     comment = {"type": "function", "function": {"name": "post_comment"}}  # a body of 20+ words
     reply = chat(sim.url, chat_payload("Post a comment on issue 7 about the cache eviction bug.",

@@ -6,6 +6,8 @@ import http.client
 import re
 from urllib.parse import urlsplit
 
+import pytest
+
 from sim_http import chat, chat_payload, request
 
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
@@ -16,6 +18,7 @@ CHOICE_KEYS = ["index", "delta", "logprobs", "finish_reason", "matched_stop"]
 CHUNK_KEYS = ["id", "object", "created", "model", "choices", "usage"]
 
 
+@pytest.mark.processes
 def test_stream_has_sglang_chunk_shapes_in_order(sim):
     reply = chat(sim.url, max_tokens=40)
     assert reply.status == 200
@@ -36,6 +39,7 @@ def test_stream_has_sglang_chunk_shapes_in_order(sim):
     assert usage["choices"] == [] and done == "[DONE]"
 
 
+@pytest.mark.processes
 def test_usage_chunk_counts_tokens_and_several_tokens_per_chunk(sim):
     reply = chat(sim.url, max_tokens=100)
     usage = reply.usage
@@ -46,17 +50,20 @@ def test_usage_chunk_counts_tokens_and_several_tokens_per_chunk(sim):
     assert 100 / 8 <= chunks < 100 / 2  # code accepts several tokens per verify step
 
 
+@pytest.mark.processes
 def test_without_include_usage_there_is_no_usage_chunk(sim):
     reply = chat(sim.url, chat_payload(max_tokens=10, stream_options=None))
     assert reply.usage is None and reply.events[-1] == "[DONE]"
 
 
+@pytest.mark.processes
 def test_request_id_header_is_echoed_as_id_and_header(sim):
     reply = chat(sim.url, max_tokens=8, headers={"X-Request-Id": "req-42"})
     assert reply.headers["x-request-id"] == "req-42"
     assert {e["id"] for e in reply.events if isinstance(e, dict)} == {"req-42"}
 
 
+@pytest.mark.processes
 def test_identical_prompts_at_temperature_zero_give_identical_streams(sim):
     first, second = chat(sim.url, max_tokens=80), chat(sim.url, max_tokens=80)
     assert first.token_chunks == second.token_chunks
@@ -64,6 +71,7 @@ def test_identical_prompts_at_temperature_zero_give_identical_streams(sim):
     assert other.text != first.text
 
 
+@pytest.mark.processes
 def test_output_looks_like_the_prompts_domain(sim):
     code = chat(sim.url, prompt=PROTOCOL_PROMPTS["code"], max_tokens=120).text
     essay = chat(sim.url, prompt=PROTOCOL_PROMPTS["cn_essay"], max_tokens=120).text
@@ -71,6 +79,7 @@ def test_output_looks_like_the_prompts_domain(sim):
     assert len(re.findall(r"[\u4e00-\u9fff]", essay)) > 40
 
 
+@pytest.mark.processes
 def test_thinking_sends_reasoning_content_before_the_answer(sim):
     reply = chat(sim.url, max_tokens=1024, thinking=True)
     kinds = ["r" if d.get("reasoning_content") else "c" for d in reply.token_chunks]
@@ -79,6 +88,7 @@ def test_thinking_sends_reasoning_content_before_the_answer(sim):
     assert reply.usage["reasoning_tokens"] > 0
 
 
+@pytest.mark.processes
 def test_without_enable_thinking_the_presets_chat_template_decides_and_qwen3_thinks(sim):
     """The thread's script sends no chat_template_kwargs: a Qwen3 server thinks then, as it does
     when asked to, and not when told enable_thinking false."""
@@ -91,6 +101,7 @@ def test_without_enable_thinking_the_presets_chat_template_decides_and_qwen3_thi
     assert not chat(sim.url, max_tokens=1024, thinking=False).reasoning
 
 
+@pytest.mark.processes
 def test_protocol_prompts_run_until_max_tokens(sim):
     for name in ("code", "cn_essay"):
         reply = chat(sim.url, prompt=PROTOCOL_PROMPTS[name], max_tokens=1024)
@@ -98,6 +109,7 @@ def test_protocol_prompts_run_until_max_tokens(sim):
         assert reply.events[-3]["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.processes
 def test_natural_end_finishes_with_stop_and_eos(sim):
     reply = chat(sim.url, max_tokens=500, headers={"X-Sim-Natural-Tokens": "30"})
     finish = reply.events[-3]["choices"][0]
@@ -105,6 +117,7 @@ def test_natural_end_finishes_with_stop_and_eos(sim):
     assert reply.usage["completion_tokens"] == 30
 
 
+@pytest.mark.processes
 def test_non_streaming_response(sim):
     reply = chat(sim.url, chat_payload(max_tokens=16, stream=False))
     body = reply.body
@@ -116,6 +129,7 @@ def test_non_streaming_response(sim):
     assert streamed.text == message["content"]
 
 
+@pytest.mark.processes
 def test_models_health_and_unknown_paths(sim):
     models = request(sim.url, "GET", "/v1/models")
     assert models.status == 200 and models.body["data"][0]["object"] == "model"
@@ -123,6 +137,7 @@ def test_models_health_and_unknown_paths(sim):
     assert request(sim.url, "GET", "/nope").status == 404
 
 
+@pytest.mark.processes
 def test_too_long_prompt_gets_sglangs_flat_400(sim):
     reply = chat(sim.url, chat_payload(prompt="word " * 300_000, max_tokens=8))
     assert reply.status == 400
@@ -130,6 +145,7 @@ def test_too_long_prompt_gets_sglangs_flat_400(sim):
     assert "longer than the model's context length" in reply.body["message"]
 
 
+@pytest.mark.processes
 def test_bad_json_is_a_400_not_a_crash(sim):
     parts = urlsplit(sim.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
@@ -139,6 +155,7 @@ def test_bad_json_is_a_400_not_a_crash(sim):
     assert chat(sim.url, max_tokens=4).status == 200
 
 
+@pytest.mark.processes
 def test_keep_alive_serves_several_requests_on_one_connection(sim):
     parts = urlsplit(sim.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
@@ -148,11 +165,13 @@ def test_keep_alive_serves_several_requests_on_one_connection(sim):
     conn.close()
 
 
+@pytest.mark.processes
 def test_cache_report_can_be_switched_off():
     with start_simulator(["--time-scale", "0.02", "--no-enable-cache-report"]) as quiet:
         assert chat(quiet.url, max_tokens=4).usage["prompt_tokens_details"] is None
 
 
+@pytest.mark.processes
 def test_image_parts_count_as_prompt_tokens(sim):
     content = [{"type": "text", "text": "What is in this picture?"},
                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
