@@ -100,7 +100,7 @@ class RunSession:
         self.live, self.cut_short, self.summarized = LiveSeries(), None, False
         self.streams.edited = None
         api_key = api_key_of(opts)
-        models = list_models(self.target.url, api_key, not opts.insecure)
+        models = list_models(self.target.url, api_key, not opts.insecure, min(10.0, opts.request_timeout))
         model, model_warning = models.choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)

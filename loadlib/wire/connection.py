@@ -156,7 +156,7 @@ class Connection:
                  connect_timeout: float = 10.0) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = min(connect_timeout, timeout)  # connect and TLS handshake: never past the request's
         self._tls: ssl.SSLContext | None = None
         if endpoint.scheme == "https":
             self._tls = ssl.create_default_context()
