@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from analysis.compare import compare
 from analysis.formats import RENDERERS
 from analysis.panorama import panorama
-from analysis.plot import plot
 from analysis.report import run_report
 from analysis.rundir import Run, RunDirError, load_run
 from loadlib.figures.goodput import DEFAULT_SLO
@@ -38,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m analysis {args.command}: {exc}", file=sys.stderr)
         return USAGE_ERROR
     if args.command == "plot":
+        from analysis.plot import plot  # matplotlib takes ~0.5 s to import: only the plot command pays it
+
         for path in plot(runs, args.out):
             print(path)
         return 0

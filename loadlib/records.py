@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
@@ -222,9 +223,10 @@ def record_columns(batches: Iterable[list[Any]]) -> dict[str, np.ndarray]:
     return {col: np.concatenate(parts) if parts else _column(col, ()) for col, parts in arrays.items()}
 
 
-def frame_from_columns(columns: Mapping[str, Any]) -> pd.DataFrame:
-    """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals)."""
-    df = pd.DataFrame(dict(columns))
+def frame_from_columns(columns: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:
+    """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals),
+    or from a DataFrame of them, which it then extends in place."""
+    df = columns if isinstance(columns, pd.DataFrame) else pd.DataFrame(dict(columns))
     if TEXT_DTYPE != object:  # pandas 3 infers its string dtype, except for text columns with no text at all
         untyped = [col for col in df.columns if df[col].dtype == object]
         df[untyped] = df[untyped].astype(TEXT_DTYPE)
@@ -333,6 +335,10 @@ NEWLINE, COMMA, OPEN, CLOSE = b"\n,[]"
 PARALLEL_BYTES = 32 << 20  # a journal this large is read in two halves at once
 GROUPING_COLUMNS = ("cell", "case", "scenario")
 _ARROW_READ = pa_json.ReadOptions(block_size=16 << 20)
+try:  # jemalloc, where the wheel has it: mimalloc spent ~1 s of system time on a million records
+    _ARROW_POOL = pa.jemalloc_memory_pool()
+except NotImplementedError:
+    _ARROW_POOL = pa.default_memory_pool()
 _TEXT_MAPPER = {pa.string(): TEXT_DTYPE} if TEXT_DTYPE != object else {}
 _ARROW_PARSE = pa_json.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     (name, pa.int64() if name in INT_COLUMNS else pa.float64() if name in FLOAT_COLUMNS
@@ -397,42 +403,37 @@ def _arrow_frame(path: Path) -> pd.DataFrame | None:
     with pa.memory_map(str(path)) as mapped:
         try:
             table = pa_json.read_json(pa.BufferReader(mapped.read_buffer(stop)), read_options=_ARROW_READ,
-                                      parse_options=_ARROW_PARSE)
+                                      parse_options=_ARROW_PARSE, memory_pool=_ARROW_POOL)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
-    columns = _arrow_columns(table)
-    if columns is None:
+    table = _record_table(table)
+    if table is None:
         return None
-    frame = frame_from_columns(columns)
+    # One conversion of the whole table, a block per column: stacking the numbers into 2-D
+    # blocks would copy them all once more, and fresh memory is dear on this kind of machine.
+    frame = frame_from_columns(table.to_pandas(split_blocks=True, self_destruct=True,
+                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
     _warn_if_torn(path, stop)
     return frame
 
 
-def _arrow_columns(table: Any) -> dict[str, Any] | None:
-    """`record_columns`' arrays from an Arrow table (read with the records' schema), or None
-    where a value needs the exact reader (a whole number that is missing, a record without one
-    of the `REQUIRED_COLUMNS`: that reader names its line)."""
-    rows = table.num_rows
-    columns: dict[str, Any] = {}
+def _record_table(table: Any) -> Any | None:
+    """The Arrow table (read with the records' schema) with `record_columns`' column types, or
+    None where a value needs the exact reader (a whole number that is missing, a record without
+    one of the `REQUIRED_COLUMNS`: that reader names its line)."""
+    columns = []
     for name in RECORD_COLUMNS:
-        column = table.column(name) if name in table.column_names else pa.nulls(rows)
+        column = table.column(name)  # every field of the schema, null where no line has it
         if column.null_count and (name in INT_COLUMNS or name in REQUIRED_COLUMNS):
             return None
-        if name in INT_COLUMNS:
-            columns[name] = column.to_numpy()
-        elif name in FLOAT_COLUMNS:
-            columns[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        elif name == "thinking":  # true, false, null: on, off, server (as THINKING_WORDS)
-            sent = column.is_valid().to_numpy(zero_copy_only=False)
-            on = column.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-            columns[name] = np.where(sent, np.where(on, "on", "off"), "server").astype(object)
+        if name == "thinking":  # true, false, null: on, off, server (as THINKING_WORDS)
+            column = pc.if_else(column.is_valid(), pc.if_else(column.fill_null(False), "on", "off"), "server")
         elif name == "measured":
-            columns[name] = column.fill_null(True).to_numpy(zero_copy_only=False).astype(bool)
+            column = column.fill_null(True)
         elif name in GROUPING_COLUMNS:
-            columns[name] = column.cast(pa.string()).dictionary_encode().combine_chunks().to_pandas()
-        else:  # pandas' own text dtype, straight from Arrow's strings (no Python objects)
-            columns[name] = column.cast(pa.string()).to_pandas(types_mapper=_TEXT_MAPPER.get)
-    return columns
+            column = column.dictionary_encode()
+        columns.append(column)
+    return pa.table(columns, names=RECORD_COLUMNS)
 
 
 TAIL_BYTES = 64 << 10  # read from the journal's end to find its last line (a record is ~600 bytes)

@@ -83,6 +83,7 @@ def test_labels_must_match_the_runs(write_run, protocol_records, capsys):
     assert "--labels names 2 runs but 1 were given" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 def test_a_missing_run_directory_is_one_line_naming_it_with_exit_code_2(tmp_path):
     missing = tmp_path / "no-such-run"
     done = subprocess.run([sys.executable, "-m", "analysis", "report", str(missing)],
@@ -103,6 +104,7 @@ def test_an_unreadable_manifest_is_named(write_run, protocol_records, capsys):
     assert str(run_dir / "manifest.json") in capsys.readouterr().err
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("bad_line, problem", [
     (b'{"request_id": 5, "ttft_s": "x"}', "request_id: expected text, got 5"),
     (b'{"request_id": "r", "ttft_s": "x"}', "ttft_s: expected a number, got 'x'"),
@@ -159,3 +161,15 @@ def test_runs_killed_before_their_first_record_compare_without_a_traceback(write
     with pytest.warns(UserWarning, match=r"torn last line \(line 1\)"):
         assert main(["compare", str(empty), str(torn)]) == 0
     assert "  requests     0       0\n" in capsys.readouterr().out
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_text_output_loads_no_plotting_library(write_run, protocol_records, command):
+    """matplotlib alone took half a second to import: only the plot command may load it."""
+    run_dir = write_run(protocol_records)
+    code = (f"import sys; from analysis.__main__ import main; main([{command!r}, {str(run_dir)!r}]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'PIL')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
