@@ -31,6 +31,7 @@ def mooncake(tmp_path, n: int = 40, gap_ms: int = 50) -> str:
     return "mooncake.jsonl"
 
 
+@pytest.mark.processes
 def test_a_mooncake_trace_replays_at_its_times_with_its_lengths_and_shared_blocks(tmp_path):
     trace = mooncake(tmp_path)
     result, df = run_profile(tmp_path, PROFILE.format(trace=trace, speedup=2.0), 8)
@@ -45,6 +46,41 @@ def test_a_mooncake_trace_replays_at_its_times_with_its_lengths_and_shared_block
     assert "Trace replay" in result.stdout and "trace   40" in result.stdout
 
 
+# (input_length, hash_ids) at 150 ms gaps: mooncake's blocks of 512 tokens cover the prompt in
+# order, the last one partial. Lines shorter than one block; more ids than the length reaches;
+# fewer; none; shared first blocks met from a shorter line and from a longer one.
+BLOCK = 512
+BLOCK_LINES = [(300, [1]), (700, [2, 3]), (1500, [4, 5, 6]), (300, [1]), (700, [2, 3]), (1000, [4, 5]),
+               (2000, [4, 5, 6, 7]), (120, [8]), (80, [8]), (512, [9]), (1024, [9, 10]), (3000, [11]),
+               (800, []), (90, []), (5000, list(range(12, 22))), (200, [1, 22]), (1537, [4, 5, 6, 23]),
+               (600, [30, 31, 32, 33, 34]), (2600, [30, 31, 32, 33, 34]), (650, [1, 35])]
+
+
+@pytest.mark.processes
+def test_each_prompt_is_its_lines_length_with_its_shared_blocks_in_the_cache(tmp_path):
+    lines = [orjson.dumps({"timestamp": i * 150, "input_length": n, "output_length": 8 + i, "hash_ids": ids})
+             for i, (n, ids) in enumerate(BLOCK_LINES)]
+    (tmp_path / "blocks.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    _result, df = run_profile(tmp_path, PROFILE.format(trace="blocks.jsonl", speedup=1.0), 4)
+    run = df[df["measured"]].sort_values("sent_at")
+    assert len(run) == len(BLOCK_LINES) and run["error"].isna().all()
+    for _index, record in run.iterrows():
+        line = int(record["max_tokens"]) - 8
+        asked, ids = BLOCK_LINES[line]
+        assert record["prompt_tokens"] == pytest.approx(asked, rel=0.05), (line, asked, record["prompt_tokens"])
+        # what the earlier lines' prompts share with this one: their first blocks in common, as far
+        # as both prompts reach (less the shorter one's own end: nonce and ask)
+        shared = max([min(BLOCK * _common(ids, other), asked, length) for length, other in BLOCK_LINES[:line]],
+                     default=0)
+        assert shared - 40 <= record["cached_tokens"] <= shared + 10, (line, shared, record["cached_tokens"])
+
+
+def _common(ids: list[int], other: list[int]) -> int:
+    """How many first hash ids two lines share."""
+    return next((i for i, (a, b) in enumerate(zip(ids, other)) if a != b), min(len(ids), len(other)))
+
+
+@pytest.mark.processes
 def test_a_plain_csv_trace_is_split_over_two_processes_each_request_once(tmp_path):
     rows = ["timestamp_s,input_tokens,output_tokens,session_id"] + [
         f"{i * 0.05:.2f},{300 + i},{16},s{i % 4}" for i in range(30)]
@@ -58,6 +94,7 @@ def test_a_plain_csv_trace_is_split_over_two_processes_each_request_once(tmp_pat
     assert (later_turns["cache_intended"] == "warm").all()  # a session resends its history
 
 
+@pytest.mark.processes
 def test_lines_longer_than_the_models_context_are_skipped_with_a_count(tmp_path):
     lines = [orjson.dumps({"timestamp": i * 50, "input_length": 300_000 if i == 3 else 400, "output_length": 16})
              for i in range(8)]
@@ -68,6 +105,7 @@ def test_lines_longer_than_the_models_context_are_skipped_with_a_count(tmp_path)
     assert said in result.stderr and said in result.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("trace, needle", [
     ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 5, "input_length": 5, '
      '"output_length": 5}\n', "line 2: timestamp goes backwards"),
@@ -86,6 +124,7 @@ def test_a_bad_trace_stops_before_any_load_with_one_line(tmp_path, trace, needle
     assert len(errors) == 1 and needle in errors[0]
 
 
+@pytest.mark.processes
 def test_a_missing_trace_or_scenarios_beside_it_are_refused(tmp_path):
     for text, needle in ((PROFILE.format(trace="nope.jsonl", speedup=1.0), "nope.jsonl: cannot read"),
                          (PROFILE.format(trace=mooncake(tmp_path), speedup=1.0) + "[scenarios.vision]\n",

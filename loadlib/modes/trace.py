@@ -3,23 +3,26 @@
 A trace is one request a line, read and checked when the profile is (a bad line stops the run
 before any load, naming its line). Formats, told apart by the first line:
 - mooncake JSONL: `{"timestamp": ms, "input_length": N, "output_length": N, "hash_ids": [...]}`;
-  `hash_ids` name 512-token blocks, and requests that share a hash id share that block of their
-  prompt, so the server's prefix cache replays as recorded;
+  `hash_ids` name the prompt's 512-token blocks in order (`input_length` is the whole prompt, so
+  the last block is partial), and requests that share their first hash ids share those blocks'
+  text, so the server's prefix cache replays as recorded;
 - plain JSONL: `{"timestamp_s": s, "input_tokens": N, "output_tokens": N, "session_id": "..."}`
   (session optional), or the same columns as CSV with a header line.
 
-Prompts are synthesised to the asked lengths in the server's tokens (calibrated from
-`usage.prompt_tokens`, as the long-context scenario does): the hash blocks first (fixed text per
-id, the same in every process), then a fresh nonce and filler up to the length. A session's
-request resends the session's previous prompt first (its history), then new text. Output lengths
-are forced with `max_tokens` and `ignore_eos`; a record whose `completion_tokens` fall short of
-its `max_tokens` shows the server stopped early.
+Prompts are synthesised to the asked lengths in the server's tokens (measured from
+`usage.prompt_tokens` by probes before the first request, see `TracePrompts`): the hash blocks
+first (fixed text per id, the same in every process; a block the length cuts short is a prefix of
+its whole text), then a fresh nonce and filler up to the length. A session's request resends the
+session's previous prompt first (its history), then new text. Output lengths are forced with
+`max_tokens` and `ignore_eos`; a record whose `completion_tokens` fall short of its `max_tokens`
+shows the server stopped early.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +37,7 @@ from loadlib.modes.arrivals import Arrival, ArrivalSlots
 from loadlib.modes.base import ModeState
 from loadlib.modes.timeline import TimedMode
 from loadlib.scenarios.base import ANY, WARM, Cell, Job, Scenario, Send, level_cell_name
-from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, PROBE_TOKENS, Calibration, Filler
+from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, Calibration, Filler
 from loadlib.scenarios.spec import Strict, beside_the_profile
 
 if TYPE_CHECKING:
@@ -43,8 +46,11 @@ if TYPE_CHECKING:
 
 BLOCK_TOKENS = 512  # mooncake's hash block
 ASK = "\n\nSummarise the lines above."
-LEARN_PROMPTS = 64
-PROBE_BLOCKS = 4  # blocks in the probe that measures a block's cost
+# the filler's first characters the probes measure, in tokens at the default rate: dense where
+# prompts are short, as a short stretch's tokens per character stray further from the mean
+PROBE_STRETCH_TOKENS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 4096)
+TAG_PROBE_TOKENS, TAG_PROBE_BLOCKS = 512, 4  # the stretch the tag probe cuts into blocks
+PROBE_ANSWER_TOKENS = 2  # the fewest a valid record has: a probe is sent for its usage.prompt_tokens
 
 
 class TraceError(ValueError):
@@ -121,35 +127,55 @@ def _request(path: Path, number: int, row: dict[str, Any]) -> TraceRequest:
 
 
 class TracePrompts(Scenario):
-    """Prompts for trace requests: hash blocks, a session's history, then unique filler."""
+    """Prompts of the asked lengths in server tokens that share text where the trace's hash ids do.
+
+    A prompt is one stretch of the filler from its start, cut into the request's hash blocks (each
+    led by a tag of digits from its id and the run's salt), then a session's history, a line with a
+    fresh nonce, the stretch's rest and the ask:
+
+        [tag] filler[0:e0] [tag] filler[e0:e1] ... history [nonce] filler[ek:x] ask
+
+    Block i holds the prompt's tokens 512 i to 512 (i + 1), as mooncake's do: blocks past the length
+    are not sent, and the last one sent is cut short, a prefix of its whole text. The ends `e` are
+    fixed for the run by the probes (each the same text on every process, so the same answers), so
+    requests that share their first hash ids share that text as far as both reach, and the server's
+    prefix cache meets it. The client has no tokenizer: the probes measure the server's tokens of
+    the filler's first characters at many lengths (the stretch every prompt is made of; its tokens
+    per character drift, the more the shorter the stretch), of the frame (template, nonce line and
+    ask) and of a tag. A line shorter than the frame is sent as the frame alone.
+    """
 
     kind = "trace"
 
     def __init__(self, salt: str, params: dict[str, Any] | None = None) -> None:
         super().__init__(params, self.kind)
         self.salt = salt  # the same on every process of a run, new for every run
-        self.calibration, self.filler = Calibration(), Filler()
-        self._block_chars = round(BLOCK_TOKENS * DEFAULT_CHARS_PER_TOKEN)  # until `prepare` measures it
-        self._sessions: dict[str, str] = {}  # session -> its last prompt (the history the next resends)
+        self.calibration, self.filler = Calibration(), Filler()  # learns from the probes alone
+        self._template_tokens = 0  # the chat template's own framing (an empty message)
+        self._tag_tokens = len(self._tag(0)) / DEFAULT_CHARS_PER_TOKEN  # until `prepare` measures it
+        # session -> its last prompt (the history its next request resends), and that text's tokens
+        self._sessions: dict[str, tuple[str, int]] = {}
         self._seen: set[int] = set()  # hash blocks sent already: a later request meets them warm
-        self._block_tokens = float(BLOCK_TOKENS)  # what a block's fixed text costs, learnt from answers
-        self._aimed: dict[str, tuple[float, int]] = {}  # nonce -> (tokens aimed at beyond blocks, blocks)
-        self._learnt = 0
 
     def job_for(self, request: TraceRequest) -> Job:
-        history = self._sessions.get(request.session or "", "")
-        cache = WARM if history or self._seen.intersection(request.hash_ids) else ANY
-        self._seen.update(request.hash_ids)
-        shared = "".join(self._block(h) for h in request.hash_ids) + history
-        blocks = len(request.hash_ids)
-        rest = max(request.input_tokens - blocks * self._block_tokens, 1.0)  # the frame, history and filler
-        unique_chars = max(0, self.calibration.chars_for(round(rest)) - len(history))
-        nonce = uuid.uuid4().hex
-        if blocks and len(self._aimed) < LEARN_PROMPTS and self._learnt < LEARN_PROMPTS:
-            self._aimed[nonce] = (rest, blocks)
-        content = f"{shared}\n[{nonce}]\n{self.filler.take(unique_chars)}{ASK}"
+        history, history_tokens = self._sessions.get(request.session or "", ("", 0))
+        frame = self.calibration.frame_tokens or 0
+        budget = request.input_tokens - frame - history_tokens  # the blocks' and the stretch's tokens
+        hash_ids = request.hash_ids[:max(0, math.ceil(budget / BLOCK_TOKENS))]  # the blocks the length reaches
+        tags = round(len(hash_ids) * self._tag_tokens)
+        stretch = max(0, budget - tags)
+        text = self.filler.take(self.calibration.chars_for(frame + stretch))
+        blocks, start = [], 0
+        for index, hash_id in enumerate(hash_ids):
+            end = self._block_end(index)
+            blocks.append(self._tag(hash_id) + text[start:end])  # past the stretch: cut short
+            start = end
+        content = _prompt("".join(blocks) + history, text[start:], f"{uuid.uuid4().int % 10 ** 16:016d}")
+        cache = WARM if history or self._seen.intersection(hash_ids) else ANY
+        self._seen.update(hash_ids)
         if request.session is not None:
-            self._sessions[request.session] = content
+            self._sessions[request.session] = (content, frame + history_tokens + tags + stretch
+                                               - self._template_tokens)
         return self._job(self.name, [{"role": "user", "content": content}], cache=cache,
                          max_tokens=request.output_tokens, ignore_eos=True)
 
@@ -157,50 +183,50 @@ class TracePrompts(Scenario):
         raise TypeError("trace prompts come from the trace's requests (job_for)")
 
     def prepare(self, send: Send) -> None:
-        """Two probes, as long-context's: the frame alone, and a block's worth of filler; then one
-        with four hash blocks of the probe's own (never a trace's), for what a block's text costs."""
+        """The probes, before any trace request: an empty message (the template's framing), the
+        frame alone, the filler's first characters at `PROBE_STRETCH_TOKENS`, and one of those
+        stretches cut into tagged blocks (a tag's cost, the cut included). Their nonce is the run's,
+        so each is the same text on every process, and so are the answers and the block ends."""
         if self.calibration.frame_tokens is not None:
             return
-        probes = [Job("calibrate", self._unique(chars), {**self.params, "max_tokens": PROBE_TOKENS})
-                  for chars in (0, self._block_chars)]
-        for job, record in zip(probes, send(probes, "calibrate")):
-            self.calibration.learn(self.calibration.frame_tokens, self._chars(job), record.get("prompt_tokens"))
-        # a block's size from these two probes alone: the same on every process (the server's
-        # tokenizer answers them alike), before any answer refines the rest
-        self._block_chars = self.calibration.chars_for((self.calibration.frame_tokens or 0) + BLOCK_TOKENS)
-        blocks = "".join(self._block(-n) for n in range(1, PROBE_BLOCKS + 1))
-        probe = Job("calibrate", [{"role": "user", "content": blocks + self._unique(0)[0]["content"]}],
-                    {**self.params, "max_tokens": PROBE_TOKENS})
-        tokens = send([probe], "calibrate")[0].get("prompt_tokens")
-        if tokens and self.calibration.frame_tokens is not None:
-            self._block_tokens = (tokens - self.calibration.frame_tokens) / PROBE_BLOCKS
+        nonce = f"{self._digits('probe') % 10 ** 16:016d}"
+        stretches = [round(tokens * DEFAULT_CHARS_PER_TOKEN) for tokens in PROBE_STRETCH_TOKENS]
+        text = self.filler.take(max(stretches))
+        tagged = stretches[PROBE_STRETCH_TOKENS.index(TAG_PROBE_TOKENS)]
+        quarter = tagged // TAG_PROBE_BLOCKS
+        # blocks of the probe's own ids (mooncake's are >= 0)
+        blocks = "".join(self._tag(-1 - i) + text[i * quarter:(i + 1) * quarter] for i in range(TAG_PROBE_BLOCKS))
+        contents = ["", _prompt("", "", nonce), *(_prompt("", text[:chars], nonce) for chars in stretches),
+                    _prompt(blocks, text[TAG_PROBE_BLOCKS * quarter:tagged], nonce)]
+        params = {**self.params, "max_tokens": PROBE_ANSWER_TOKENS}
+        jobs = [Job("calibrate", [{"role": "user", "content": content}], params) for content in contents]
+        template, frame, *measured, tagged_tokens = [record.get("prompt_tokens") for record in send(jobs, "calibrate")]
+        calibration = self.calibration
+        self._template_tokens = template or 0
+        calibration.learn(None, 0, frame)
+        for chars, tokens in zip(stretches, measured):
+            calibration.learn(calibration.frame_tokens, chars, tokens)
+        plain = measured[PROBE_STRETCH_TOKENS.index(TAG_PROBE_TOKENS)]
+        if tagged_tokens and plain:
+            self._tag_tokens = (tagged_tokens - plain) / TAG_PROBE_BLOCKS
 
-    def observe(self, job: Job, record: dict[str, Any]) -> None:
-        """The first answers refine the sizing: a prompt of filler alone the calibration, one with
-        hash blocks what a block's fixed text costs (its tokens beyond what the rest was aimed at)."""
-        content, tokens = job.messages[0]["content"], record.get("prompt_tokens")
-        start = content.find("\n[")
-        aimed = self._aimed.pop(content[start + 2:start + 34], None)
-        if not tokens or self._learnt >= LEARN_PROMPTS:
-            return
-        if start == 0:
-            self.calibration.learn(self.calibration.frame_tokens, self._chars(job), tokens)
-        elif aimed is not None:
-            rest, blocks = aimed
-            sample = (tokens - rest) / blocks
-            self._block_tokens += (sample - self._block_tokens) / (self._learnt + 2)  # a running mean
-        self._learnt += 1
+    def _block_end(self, index: int) -> int:
+        """Where block `index` ends in the stretch, in characters: (index + 1) blocks of 512 tokens
+        but their tags. From the probes alone, so the same in every process and all the run."""
+        return self.calibration.chars_for((self.calibration.frame_tokens or 0)
+                                          + round((index + 1) * (BLOCK_TOKENS - self._tag_tokens)))
 
-    def _block(self, hash_id: int) -> str:
-        """A hash block's text: the filler from an offset fixed by the id and the run's salt."""
-        offset = (int(uuid.uuid5(uuid.NAMESPACE_OID, f"{self.salt}:{hash_id}")) % 997) * 101
-        return self.filler.take(offset + self._block_chars)[offset:]
+    def _tag(self, hash_id: int) -> str:
+        """What starts a hash block: digits fixed by the id and the run's salt (one width for all)."""
+        return f"[{self._digits(hash_id) % 10 ** 8:08d}]\n"
 
-    def _unique(self, chars: int) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": f"\n[{uuid.uuid4().hex}]\n{self.filler.take(chars)}{ASK}"}]
+    def _digits(self, key: object) -> int:
+        return int(uuid.uuid5(uuid.NAMESPACE_OID, f"{self.salt}:{key}"))
 
-    def _chars(self, job: Job) -> int:
-        return len(job.messages[0]["content"]) - len(self._unique(0)[0]["content"])
+
+def _prompt(blocks: str, own: str, nonce: str) -> str:
+    """A trace prompt's text: the shared part, the request's nonce, its own filler, the ask."""
+    return f"{blocks}\n[{nonce}]\n{own}{ASK}"
 
 
 class TraceLoad(Strict):
