@@ -11,6 +11,7 @@ import pandas as pd
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
+from loadlib.figures.uncertainty import percentile_uncertainty, uncertainty_columns
 from loadlib.scenarios.base import SINGLE
 
 MAX_LENGTH_BUCKETS = 8
@@ -244,11 +245,16 @@ def trace_replay(df: pd.DataFrame) -> pd.DataFrame:
                                        "late_p99_s", "stopped_early"])
 
 
+PERCENTILE_COLUMNS = ["cell", "figure", "p50", "p90", "p99", "n", *uncertainty_columns(PERCENTILES)]
+
+
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
     queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
     every answer without thinking), per free-running cell, from the raw records of successful
-    requests sent within the cell's steady window (`cells` as in `steady_state_table`)."""
+    requests sent within the cell's steady window (`cells` as in `steady_state_table`). Each
+    percentile comes with its 95 % confidence interval and whether it rests on enough samples
+    (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`, `p90_enough`, ...)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         steady = group[group["ok"].to_numpy() & steady_requests(sent, start, stop)]
@@ -256,11 +262,13 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
                           or (steady[col] > 0 if col == "reasoning_tokens" else steady[col].notna()).any()]]
         pct = figures.quantile(list(PERCENTILES)).T
         pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-        pct = pct.assign(n=figures.count())
+        pct = pct.assign(n=figures.count()).join(pd.DataFrame.from_dict(
+            {col: percentile_uncertainty(figures[col], PERCENTILES) for col in figures.columns}, orient="index",
+            columns=uncertainty_columns(PERCENTILES)))
         parts.append(pct[pct["n"] > 0].rename_axis("figure").reset_index().assign(cell=cell))
     if not parts:
-        return pd.DataFrame(columns=["cell", "figure", "p50", "p90", "p99", "n"])
-    return pd.concat(parts, ignore_index=True)[["cell", "figure", "p50", "p90", "p99", "n"]]
+        return pd.DataFrame(columns=PERCENTILE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[PERCENTILE_COLUMNS]
 
 
 def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import forward_rate
+from loadlib.figures.uncertainty import percentile_uncertainty, uncertainty_columns
 from loadlib.scenarios.base import SINGLE, round_cell_name
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
@@ -186,11 +187,31 @@ def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
     return pct
 
 
+def ttft_percentiles_ci(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
+    """`ttft_percentiles`, each percentile with its 95 % confidence interval and whether it rests on
+    enough samples to be a tail estimate (`uncertainty.percentile_uncertainty`: `p90_ci_low`,
+    `p90_ci_high`, `p90_enough`, ...; TTFO's, where there is one, as `ttfo_p90_ci_low`, ...). The
+    percentiles themselves are unchanged: the thread's figures."""
+    pct = ttft_percentiles(df, by)
+    ok = df.loc[df["ok"], [by, "ttft_s", "ttfo_s"]]
+    if ok.empty:
+        return pct.reindex(columns=[*pct.columns, *uncertainty_columns(PERCENTILES)])
+    grouped = ok.groupby(by, sort=False, observed=True)
+    pct = pct.join(_uncertainty(grouped["ttft_s"]))
+    return pct.join(_uncertainty(grouped["ttfo_s"], prefix="ttfo_")) if "ttfo_n" in pct else pct
+
+
 def _percentiles(grouped: Any) -> pd.DataFrame:
     """`PERCENTILES` of a grouped Series, one column each (p50, p90, p99)."""
     pct = grouped.quantile(list(PERCENTILES)).unstack()
     pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
     return pct
+
+
+def _uncertainty(grouped: Any, prefix: str = "") -> pd.DataFrame:
+    """Each group's `percentile_uncertainty` of `PERCENTILES`, one row a group."""
+    return pd.DataFrame.from_dict({key: percentile_uncertainty(values, PERCENTILES, prefix) for key, values in grouped},
+                                  orient="index", columns=uncertainty_columns(PERCENTILES, prefix))
 
 
 def failures_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -254,7 +275,7 @@ class ProtocolTables:
 
     single: pd.DataFrame  # index scenario
     concurrent: pd.DataFrame
-    ttft: pd.DataFrame  # index cell
+    ttft: pd.DataFrame  # index cell (`ttft_percentiles_ci`)
     failures: pd.DataFrame
     kinds: dict[str, str]  # concurrency cell -> its kind (`cell_kinds`)
 
@@ -263,7 +284,7 @@ class ProtocolTables:
         single = single_stream_table(df)
         single = single.reindex(sorted(single.index, key=scenario_order))
         rank = {cell: i for i, cell in enumerate(cell_order(df))}
-        ttft = ttft_percentiles(df)
+        ttft = ttft_percentiles_ci(df)
         ttft = ttft.reindex(sorted(ttft.index, key=rank.__getitem__))
         failures = failures_table(df)
         order = sorted(range(len(failures)), key=lambda i: (rank[failures["cell"].iat[i]], failures["error"].iat[i]))

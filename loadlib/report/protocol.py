@@ -12,9 +12,10 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from loadlib.figures import protocol_tables
-from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.figures.protocol_tables import PERCENTILES, ProtocolTables
+from loadlib.figures.uncertainty import uncertainty_columns
 from loadlib.records import THINKING_MODES, records_frame
-from loadlib.report import text
+from loadlib.report import sections, text
 from loadlib.report.document import Section, rows
 from loadlib.scenarios.base import SINGLE
 
@@ -50,7 +51,8 @@ def summary_dict(tables: ProtocolTables) -> dict[str, Any]:
 
 
 def protocol_sections(tables: ProtocolTables) -> list[Section]:
-    """The thread's tables: single stream, concurrency and TTFT percentiles."""
+    """The thread's tables: single stream, concurrency and TTFT percentiles (with thinking, TTFO
+    percentiles after them)."""
     single, concurrent, ttft = tables.single, tables.concurrent, tables.ttft
     return [
         Section(
@@ -78,18 +80,40 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
                 "overlap vs per-stream": [text.ratio(v) for v in concurrent["overlap_vs_stream_decode"]],
                 "vs single code": [text.ratio(v) for v in concurrent["overlap_vs_single_decode"]],
             }), keys=("cell",), left=("case",)),
-        Section(
-            "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests"
-            + ("; TTFO = time to the first answer token after the reasoning)" if "ttfo_n" in ttft else ")"),
-            ttft.reset_index(), pd.DataFrame({
-                "cell": list(ttft.index.astype(str)),
-                **{col: text.column(ttft[col], 3) for col in ("p50", "p90", "p99")},
-                **{f"TTFO {col[5:]}": text.column(ttft[col], 3) for col in _ttfo(ttft, TTFO_PERCENTILES)},
-                "n": text.column(ttft["n"], 0),
-                **({"TTFO n": text.column(ttft["ttfo_n"], 0)}
-                   if "ttfo_n" in ttft and (ttft["ttfo_n"] != ttft["n"]).any() else {}),
-            }), keys=("cell",), left=("cell",)),
+        ttft_section(ttft),
+        *([ttfo_section(ttft)] if _ttfo(ttft, TTFO_PERCENTILES) else []),
     ]
+
+
+def ttft_section(ttft: pd.DataFrame) -> Section:
+    """The thread's TTFT percentiles per cell, each with its 95 % confidence interval, and marked
+    where it rests on too few samples to be a tail estimate (`sections.percentile_note`)."""
+    columns = ["p50", "p90", "p99", "n", *uncertainty_columns(PERCENTILES)]
+    return Section(
+        "ttft_percentiles", "TTFT percentiles (s, from raw records of successful requests"
+        + sections.percentile_note(ttft) + ")",
+        ttft[columns].reset_index(), pd.DataFrame({
+            "cell": list(ttft.index.astype(str)),
+            **{col: sections.marked(ttft, col, 3) for col in sections.PERCENTILE_NAMES},
+            "n": text.column(ttft["n"], 0),
+            **{f"{col} CI": sections.interval(ttft, col, 3) for col in sections.PERCENTILE_NAMES},
+        }), keys=("cell",), left=("cell",))
+
+
+def ttfo_section(ttft: pd.DataFrame) -> Section:
+    """With thinking, the same for TTFO per cell (its own table: beside TTFT's, with both sets of
+    intervals, a line would pass 160 characters)."""
+    names = [f"ttfo_{col}" for col in sections.PERCENTILE_NAMES]
+    columns = [*names, "ttfo_n", *uncertainty_columns(PERCENTILES, prefix="ttfo_")]
+    return Section(
+        "ttfo_percentiles", "TTFO percentiles (s; TTFO = time to the first answer token after the reasoning"
+        + sections.percentile_note(ttft, names) + ")",
+        ttft[columns].reset_index(), pd.DataFrame({
+            "cell": list(ttft.index.astype(str)),
+            **{f"TTFO {col[5:]}": sections.marked(ttft, col, 3) for col in names},
+            "n": text.column(ttft["ttfo_n"], 0),
+            **{f"{col[5:]} CI": sections.interval(ttft, col, 3) for col in names},
+        }), keys=("cell",), left=("cell",))
 
 
 TTFO_PERCENTILES = ["ttfo_p50", "ttfo_p90", "ttfo_p99"]

@@ -10,11 +10,12 @@ the end-of-run summary and `python -m analysis report` show, and in what order, 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
-from loadlib.figures import free_running
+from loadlib.figures import free_running, uncertainty
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.goodput import GoodputSlo
 from loadlib.modes import search
@@ -141,15 +142,77 @@ def trace_replay(table: pd.DataFrame, skipped: str | None = None) -> Section:
 
 
 def steady_percentiles(table: pd.DataFrame) -> Section:
+    """Percentiles of each free-running cell's steady-window requests, each with its 95 % confidence
+    interval, a tail percentile on too few samples marked (`percentile_note`)."""
     digits = {"ttft_s": 3, "ttfo_s": 3, "tok_per_chunk": 2, "reasoning_tokens": 0}
+    places = [digits.get(f, 1) for f in table["figure"]]
     return Section(
-        "steady_percentiles", "Steady-state percentiles (raw records sent within the window)",
+        "steady_percentiles", "Steady-state percentiles (raw records sent within the window"
+        + percentile_note(table) + ")",
         table, pd.DataFrame({
             "cell": table["cell"].astype(str), "figure": table["figure"].astype(str),
-            **{col: [text.num(v, digits.get(f, 1)) for v, f in zip(table[col], table["figure"])]
-               for col in ("p50", "p90", "p99")},
+            **{col: marked(table, col, places) for col in PERCENTILE_NAMES},
             "n": text.column(table["n"], 0),
+            **{f"{col} CI": interval(table, col, places) for col in PERCENTILE_NAMES},
         }), keys=("cell", "figure"), left=("cell", "figure"), optional=True)
+
+
+# --- percentiles with their uncertainty (`loadlib.figures.uncertainty`) --------------------------------
+
+PERCENTILE_NAMES = ("p50", "p90", "p99")
+
+
+UNSURE = "~"  # follows a percentile that rests on too few samples to be a tail estimate
+
+
+def marked(table: pd.DataFrame, column: str, digits: int | list[int]) -> list[str]:
+    """A percentile column's values, each followed by `UNSURE` where its `{column}_enough` is false
+    (and the others by a space, so the digits stay aligned; no mark in a column without one)."""
+    places = digits if isinstance(digits, list) else [digits] * len(table)
+    values = [text.num(v, d) for v, d in zip(table[column], places)]
+    unsure = [not bool(enough) and value != text.MISSING for enough, value in zip(table[f"{column}_enough"], values)]
+    return [value + (UNSURE if flag else " ") for value, flag in zip(values, unsure)] if any(unsure) else values
+
+
+def interval(table: pd.DataFrame, column: str, digits: int | list[int]) -> list[str]:
+    """A percentile's confidence interval: "0.301–0.340"; "≥ 0.301" where the samples bound it only
+    from below, "≤ 0.340" only from above, "-" where they bound it on neither side (or no samples)."""
+    places = digits if isinstance(digits, list) else [digits] * len(table)
+    shown = []
+    for low, high, d in zip(table[f"{column}_ci_low"], table[f"{column}_ci_high"], places):
+        bounded_low, bounded_high = bool(np.isfinite(low)), bool(np.isfinite(high))
+        shown.append(f"{text.num(low, d)}–{text.num(high, d)}" if bounded_low and bounded_high
+                     else f"≥ {text.num(low, d)}" if bounded_low
+                     else f"≤ {text.num(high, d)}" if bounded_high else text.MISSING)
+    return shown
+
+
+def percentile_note(table: pd.DataFrame, columns: Iterable[str] = PERCENTILE_NAMES) -> str:
+    """What the percentile columns' additions mean, for a section's title ("; CI = ..."): the
+    confidence interval, its one-sided or missing bounds where some are, and the footnote on
+    `UNSURE` where a value carries it."""
+    columns = [col for col in columns if f"{col}_ci_low" in table]
+    lows = table[[f"{col}_ci_low" for col in columns]].to_numpy(dtype="float64")
+    highs = table[[f"{col}_ci_high" for col in columns]].to_numpy(dtype="float64")
+    values = table[columns].to_numpy(dtype="float64")
+    note = f"; CI = {uncertainty.LEVEL:.0%} confidence interval (order statistics, distribution-free"
+    if (np.isfinite(lows) & ~np.isfinite(highs)).any():
+        note += ", ≥ x: no upper bound from so few samples"
+    if (~np.isnan(values) & ~np.isfinite(lows) & ~np.isfinite(highs)).any():
+        note += ", -: no bound"
+    note += ")"
+    unsure = [col for col in columns if (~table[f"{col}_enough"].astype(bool) & table[col].notna()).any()]
+    if unsure:
+        needed = [f"{uncertainty.samples_needed(_quantile(col))}{' samples' if i == 0 else ''} for "
+                  f"{col.removeprefix('ttfo_')}" for i, col in enumerate(sorted(unsure, key=_quantile, reverse=True))]
+        note += (f"; {UNSURE} : fewer than {' / '.join(needed)}, the value is the sample's maximum region, "
+                 "not a tail estimate")
+    return note
+
+
+def _quantile(column: str) -> float:
+    """The quantile a percentile column names: "p90" -> 0.9, "ttfo_p99" -> 0.99."""
+    return int(column.rsplit("p", 1)[1]) / 100
 
 
 def by_length(table: pd.DataFrame) -> Section:

@@ -3,6 +3,8 @@ protocol run, the steady state of a free-running one, and what both add."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from loadlib.report.protocol import protocol_summary
@@ -37,8 +39,14 @@ def test_summary_counts_are_python_ints_ready_for_json(protocol_records):
 
 
 def test_summary_adds_ttft_percentiles_and_failures(protocol_records):
+    """The thread's percentiles, each with its 95 % interval from order statistics: of 5 TTFTs
+    (0.1, 0.2, 0.3, 0.5, 0.7) the median has no bound (fewer than 6 samples), p90 is at least the
+    3rd smallest and p99 the 4th, neither bounded above; p90 and p99 rest on too few samples."""
     summary = protocol_summary(protocol_records)
-    assert summary["ttft_percentiles"]["single"] == pytest.approx({"p50": 0.3, "p90": 0.62, "p99": 0.692, "n": 5})
+    assert summary["ttft_percentiles"]["single"] == pytest.approx({
+        "p50": 0.3, "p90": 0.62, "p99": 0.692, "n": 5,
+        "p50_ci_low": -math.inf, "p50_ci_high": math.inf, "p90_ci_low": 0.3, "p90_ci_high": math.inf,
+        "p99_ci_low": 0.5, "p99_ci_high": math.inf, "p50_enough": True, "p90_enough": False, "p99_enough": False})
     assert summary["failures"] == [{"cell": "single", "error": "no_usage", "count": 1},
                                    {"cell": "c2-different", "error": "http_500", "count": 1}]
 
@@ -72,11 +80,11 @@ Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds
   2   same prompt (radix hit)           300.0   200.0–400.0   2         0                   1.71x            1.48x
   2   different prompts                 200.0   200.0–200.0   1         1                   1.60x            0.98x
 
-TTFT percentiles (s, from raw records of successful requests)
-  cell             p50     p90     p99   n
-  single         0.300   0.620   0.692   5
-  c2-same        0.100   0.170   0.197   4
-  c2-different   0.100   0.100   0.100   3
+TTFT percentiles (s, from raw records of successful requests; CI = 95% confidence interval (order statistics, distribution-free, ≥ x: no upper bound from so few samples, -: no bound); ~ : fewer than 100 samples for p99 / 10 for p90, the value is the sample's maximum region, not a tail estimate)
+  cell             p50      p90      p99   n   p50 CI    p90 CI    p99 CI
+  single         0.300   0.620~   0.692~   5        -   ≥ 0.300   ≥ 0.500
+  c2-same        0.100   0.170~   0.197~   4        -   ≥ 0.100   ≥ 0.100
+  c2-different   0.100   0.100~   0.100~   3        -   ≥ 0.100   ≥ 0.100
 
 Failures by reason (excluded from every figure above)
   cell           error      count
@@ -107,12 +115,12 @@ Steady state of free-running cells (window: in-flight requests at or above their
   cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed
   steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1
 
-Steady-state percentiles (raw records sent within the window)
-  cell     figure            p50     p90     p99   n
-  steady   ttft_s          0.500   0.500   0.500   5
-  steady   decode_tps      100.0   100.0   100.0   5
-  steady   e2e_tps          75.5    75.5    75.5   5
-  steady   tok_per_chunk    6.04    6.04    6.04   5
+Steady-state percentiles (raw records sent within the window; CI = 95% confidence interval (order statistics, distribution-free, ≥ x: no upper bound from so few samples, -: no bound); ~ : fewer than 100 samples for p99 / 10 for p90, the value is the sample's maximum region, not a tail estimate)
+  cell     figure            p50      p90      p99   n   p50 CI    p90 CI    p99 CI
+  steady   ttft_s          0.500   0.500~   0.500~   5        -   ≥ 0.500   ≥ 0.500
+  steady   decode_tps      100.0   100.0~   100.0~   5        -   ≥ 100.0   ≥ 100.0
+  steady   e2e_tps          75.5    75.5~    75.5~   5        -    ≥ 75.5    ≥ 75.5
+  steady   tok_per_chunk    6.04    6.04~    6.04~   5        -    ≥ 6.04    ≥ 6.04
 
 Failures by reason (excluded from every figure above)
   cell     error      count
