@@ -55,6 +55,15 @@ def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:
     return decode / tokens_per_chunk
 
 
+def from_intended_send(latency_s: Num, queue_s: Num) -> Num:
+    """A latency (TTFT, total) counted from when the request was meant to be sent, not from when it
+    was: `latency_s + queue_s`, the client-side wait of a request sent on a schedule (open, trace)
+    that found no free user. Counting from the actual send leaves that wait out, so an overloaded
+    client or server hides its worst latencies (coordinated omission); this counts them. A missing
+    `queue_s` (a request not sent on a schedule) counts as no wait."""
+    return latency_s + np.fmax(queue_s, 0.0)
+
+
 def meets_slo(ok: np.ndarray, ttft_s: np.ndarray, decode_tps: np.ndarray, slo_ttft_s: float | None,
               slo_decode_tps: float | None) -> np.ndarray:
     """Per request, whether it meets the SLO: it succeeded, its TTFT is at most `slo_ttft_s` and

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.formulas import meets_slo
-from loadlib.figures.goodput import DEFAULT_SLO
+from loadlib.figures.formulas import from_intended_send, meets_slo
+from loadlib.figures.goodput import DEFAULT_SLO, SCHEDULED_CASES
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
 from loadlib.figures.uncertainty import percentile_uncertainty, uncertainty_columns
 from loadlib.scenarios.base import SINGLE
@@ -166,18 +166,25 @@ def steady_requests(sent: np.ndarray, start: float, stop: float) -> np.ndarray:
 SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, float]
 
 
-STEADY_INPUTS = ["cell", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
-                 "ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+STEADY_INPUTS = ["cell", "case", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
+                 "ttft_s", "ttfo_s", "total_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
 
 
-STEADY_FIGURES = ["ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+STEADY_FIGURES = ["ttft_s", "intended_ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "total_s",
+                  "intended_total_s", "queue_s", "reasoning_tokens"]
 
 
 STEADY_OPTIONAL = ("ttfo_s", "queue_s", "reasoning_tokens")  # left out where no request has them
 
 
+SCHEDULED_FIGURES = ("intended_ttft_s", "total_s", "intended_total_s")  # only in cells sent on a schedule
+
+
 STEADY_COLUMNS = ["cell", "window_start_s", "window_s", "in_flight", "decode_tps", "requests_per_s",
-                  "goodput_rps", "slo_attainment", "n", "failed"]
+                  "goodput_rps", "slo_attainment", "slo_attainment_from_send", "slo_ttft_from", "n", "failed"]
+
+
+INTENDED_SEND, SEND = "intended_send", "send"  # what a cell's TTFT SLO counts from (`slo_ttft_from`)
 
 
 def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
@@ -191,6 +198,10 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
     decode >= `slo_decode_tps`; an answer that came in one read, with no decode rate, is judged
     on its TTFT), and `slo_attainment`, the share that met the SLO (failures count as misses).
     So goodput_rps = slo_attainment * n / window_s and requests_per_s = (n - failed) / window_s.
+    In a cell sent on a schedule (`goodput.SCHEDULED_CASES`: open, trace) the SLO's TTFT counts
+    from the intended send (`slo_ttft`), elsewhere from the send: `slo_ttft_from` says which
+    ("intended_send", "send"), and `slo_attainment_from_send` is the share judged on TTFT from the
+    send (the same figure where there is no schedule).
     Times are seconds from the cell's first send. `cells` saves recomputing `steady_cells(df)`
     for a caller that has them.
     """
@@ -199,7 +210,8 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
         length = stop - start
         pick = steady_requests(sent, start, stop)
         ok, ttft, decode = (group[col].to_numpy()[pick] for col in ("ok", "ttft_s", "decode_tps"))
-        met = meets_slo(ok, ttft, decode, slo_ttft_s, slo_decode_tps)
+        met = meets_slo(ok, slo_ttft(group)[pick], decode, slo_ttft_s, slo_decode_tps)
+        met_from_send = meets_slo(ok, ttft, decode, slo_ttft_s, slo_decode_tps)
         edges = np.array([start, stop])
         busy = np.diff(_cumulative_overlap(sent, end, np.ones_like(sent), edges))[0]
         tokens = np.diff(_cumulative_overlap(*_decode_intervals(group, origin), edges))[0]
@@ -207,9 +219,25 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
         rows.append({
             "cell": cell, "window_start_s": start, "window_s": length, "in_flight": busy * rate,
             "decode_tps": tokens * rate, "requests_per_s": ok.sum() * rate, "goodput_rps": met.sum() * rate,
-            "slo_attainment": met.mean() if len(met) else np.nan, "n": len(met), "failed": int((~ok).sum()),
+            "slo_attainment": met.mean() if len(met) else np.nan,
+            "slo_attainment_from_send": met_from_send.mean() if len(met) else np.nan,
+            "slo_ttft_from": INTENDED_SEND if _scheduled(group) else SEND, "n": len(met),
+            "failed": int((~ok).sum()),
         })
     return pd.DataFrame(rows, columns=STEADY_COLUMNS)
+
+
+def slo_ttft(group: pd.DataFrame) -> np.ndarray:
+    """Per request of one cell, the TTFT its SLO judges (goodput, "SLO met"): from the intended send
+    (`formulas.from_intended_send`) in a cell sent on a schedule (`goodput.SCHEDULED_CASES`), else
+    from the send (`ttft_s`)."""
+    ttft = group["ttft_s"].to_numpy(dtype="float64")
+    return from_intended_send(ttft, group["queue_s"].to_numpy(dtype="float64")) if _scheduled(group) else ttft
+
+
+def _scheduled(group: pd.DataFrame) -> bool:
+    """Whether a free-running cell's requests were sent on a schedule (`goodput.SCHEDULED_CASES`)."""
+    return bool(group["case"].isin(SCHEDULED_CASES).any())
 
 
 STREAMS_HELD_SHARE = 0.9  # a closed-loop cell holding fewer of its streams in flight is flagged
@@ -252,14 +280,22 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
     queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
     every answer without thinking), per free-running cell, from the raw records of successful
-    requests sent within the cell's steady window (`cells` as in `steady_state_table`). Each
-    percentile comes with its 95 % confidence interval and whether it rests on enough samples
-    (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`, `p90_enough`, ...)."""
+    requests sent within the cell's steady window (`cells` as in `steady_state_table`). A cell
+    sent on a schedule (open, trace) adds the latencies from the intended send beside those from
+    the send (`formulas.from_intended_send`): `intended_ttft_s` beside `ttft_s`, `intended_total_s`
+    beside `total_s`. Each percentile comes with its 95 % confidence interval and whether it rests
+    on enough samples (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`,
+    `p90_enough`, ...)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         steady = group[group["ok"].to_numpy() & steady_requests(sent, start, stop)]
-        figures = steady[[col for col in STEADY_FIGURES if col not in STEADY_OPTIONAL
-                          or (steady[col] > 0 if col == "reasoning_tokens" else steady[col].notna()).any()]]
+        scheduled = _scheduled(group)
+        if scheduled:
+            steady = steady.assign(intended_ttft_s=from_intended_send(steady["ttft_s"], steady["queue_s"]),
+                                   intended_total_s=from_intended_send(steady["total_s"], steady["queue_s"]))
+        figures = steady[[col for col in STEADY_FIGURES if (scheduled or col not in SCHEDULED_FIGURES)
+                          and (col not in STEADY_OPTIONAL or (steady[col] > 0 if col == "reasoning_tokens"
+                                                              else steady[col].notna()).any())]]
         pct = figures.quantile(list(PERCENTILES)).T
         pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
         pct = pct.assign(n=figures.count()).join(pd.DataFrame.from_dict(
