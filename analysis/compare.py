@@ -1,13 +1,17 @@
 """`compare`: several runs side by side, one column a run, as the thread's comparison tables.
 
 Differences are percentages against the first run; `*` marks a figure whose min-max range over
-rounds does not overlap the first run's, a difference bigger than the noise. Because a speed
-difference only means speed when both runs produced the same text, the output of every prompt
-is checked across runs (temperature 0 should make it identical).
+rounds does not overlap the first run's, a difference bigger than the noise. Then each run
+against the first in words: how their conditions differ (client, versions, launch flags, model,
+settings, time), and per figure a verdict, "higher", "lower" or "not distinguishable", with the
+difference's 95 % confidence interval from the runs' own samples (`loadlib.figures.verdicts`).
+Because a speed difference only means speed when both runs produced the same text, the output of
+every prompt is checked across runs (temperature 0 should make it identical).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -15,12 +19,12 @@ import pandas as pd
 
 from analysis import locust_csv
 from analysis.rundir import Run
-from loadlib.figures import across_runs
+from loadlib.figures import across_runs, verdicts
 from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.protocol_tables import scenario_order
 from loadlib.report import text
-from loadlib.report.document import Document, Section, flatten
+from loadlib.report.document import Document, Section, flatten, rows
 from loadlib.report.protocol import MAX_TOKENS_LISTED, thinking_phrase
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
@@ -28,6 +32,15 @@ SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "pro
 BEYOND_NOISE = "*"
 LINE_CHARS = 160  # the settings table is cut to fit: a long value is shortened in the middle
 NARROWEST_CELL = 24  # ... but never below this many characters (many runs make a wider table)
+CONDITIONS = (("client host", ("client.host", "client.cpu_model", "client.cores")),
+              ("tool version", ("tool.version",)),
+              ("server version", ("server.kind", "server.version")),
+              ("launch flags", ("server.launch", "target.simulator_args")),
+              ("model", ("model",)),
+              ("workload", ("protocol.scenarios", "protocol.temperature", "profile.request", "profile.scenarios")))
+# manifest keys (and their sub-keys) whose difference is named
+APART_H = 6.0  # runs started further apart than this differ in time of day (load, heat, neighbours)
+CONDITION_CHARS = 40  # a condition's value is shortened to this many characters in the text
 
 
 def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
@@ -35,12 +48,15 @@ def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: fl
 
     Goodput targets not given come from each run's own profile."""
     labels = [run.label for run in runs]
-    figures = pd.concat([headline_figures(run.records, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
-                         .assign(run=run.label) for run in runs], ignore_index=True)
+    slos = [goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps) for run in runs]
+    figures = pd.concat([headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)],
+                        ignore_index=True)
+    differ, judged = conditions(runs), verdicts_section(runs, slos, figures)
     return Document(
         f"Comparison of {len(runs)} runs, differences against {labels[0]}",  # the columns name them all
-        [settings(runs), comparison(figures, labels), determinism(runs),
-         locust_csv.side_by_side(runs)])
+        [settings(runs), comparison(figures, labels), differ, judged, determinism(runs),
+         locust_csv.side_by_side(runs)],
+        summary={"verdicts": rows(judged.data), "conditions": rows(differ.data)})
 
 
 def settings(runs: list[Run]) -> Section:
@@ -107,6 +123,138 @@ def _cell(row: Any) -> str:
     if not np.isnan(row.diff_pct):
         cell += f" {text.signed_percent(row.diff_pct)}"
     return cell + (BEYOND_NOISE if row.beyond_noise else "")
+
+
+def conditions(runs: list[Run]) -> Section:
+    """How each run's conditions differ from the first run's, one row a difference: the
+    manifests' `CONDITIONS`, the records' max_tokens and thinking, and the start times when
+    they are more than `APART_H` hours apart. One line of text per difference, or one line
+    saying there is none."""
+    first = runs[0]
+    data, lines = [], []
+    for run in runs[1:]:
+        found = _condition_differences(first, run)
+        data += [{"run_a": first.label, "run_b": run.label, "condition": condition, "key": key, "a": a, "b": b}
+                 for condition, key, a, b in found]
+        for condition in dict.fromkeys(condition for condition, *_ in found):
+            changes = [_condition_change(key, a, b) for named, key, a, b in found if named == condition]
+            lines.append(_fitted(f"{run.label} against {first.label}: {condition}: ", changes))
+        if not found:
+            lines.append(f"{run.label} against {first.label}: same client host, tool and server versions, launch "
+                         f"flags, model, workload, max_tokens and thinking; started within {APART_H:g} h")
+    table = pd.DataFrame(data, columns=["run_a", "run_b", "condition", "key", "a", "b"])
+    return Section("conditions", f"Conditions (how each run was taken, against {first.label}; from the manifests "
+                   "and records)", table, pd.DataFrame({"conditions": lines}),
+                   keys=("run_b", "key"), left=("conditions",))
+
+
+def _condition_differences(a: Run, b: Run) -> list[tuple[str, str, Any, Any]]:
+    """(condition, key, value in a, value in b) for each way run b was taken differently."""
+    flat_a, flat_b = flatten(a.manifest), flatten(b.manifest)
+    found = []
+    for condition, prefixes in CONDITIONS:
+        keys = [key for key in dict.fromkeys([*flat_a, *flat_b])
+                if any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)]
+        found += [(condition, key, flat_a.get(key), flat_b.get(key)) for key in keys
+                  if flat_a.get(key) != flat_b.get(key)]
+    for condition, phrase in (("max_tokens", _max_tokens_condition),
+                              ("thinking", lambda df: thinking_phrase(df["thinking"].unique()))):
+        value_a, value_b = phrase(a.records), phrase(b.records)
+        if value_a != value_b:
+            found.append((condition, condition, value_a, value_b))
+    started_a, started_b = _started(a.manifest), _started(b.manifest)
+    if started_a and started_b and abs((started_b - started_a).total_seconds()) > APART_H * 3600:
+        found.append(("time of day", "started_at", a.manifest["started_at"], b.manifest["started_at"]))
+    return found
+
+
+def _max_tokens_condition(df: pd.DataFrame) -> str | None:
+    """The run's max_tokens as a condition: its values, or "drawn per request" where there are more
+    than the settings table lists (their range and count follow the run's length, not its set-up;
+    how they are drawn is the workload's)."""
+    if df["max_tokens"].dropna().nunique() > MAX_TOKENS_LISTED:
+        return "drawn per request"
+    return max_tokens_phrase(df["max_tokens"])
+
+
+def _started(manifest: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.strptime(str(manifest.get("started_at")), "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        return None
+
+
+def _condition_change(key: str, a: Any, b: Any) -> str:
+    if key == "started_at":
+        hours = abs((_started({"started_at": b}) - _started({"started_at": a})).total_seconds()) / 3600
+        return f"started {hours:,.1f} h apart: {a} → {b}"
+    values = [text.MISSING if v is None else _shortened(str(v), CONDITION_CHARS) for v in (a, b)]
+    return f"{'' if key in ('max_tokens', 'thinking') else key + ' '}{values[0]} → {values[1]}"
+
+
+def _fitted(head: str, changes: list[str]) -> str:
+    """`head` and the changes joined by "; ", as many as fit in `LINE_CHARS`, then how many more."""
+    line = head + changes[0]
+    for shown, change in enumerate(changes[1:], start=1):
+        more = f"; and {len(changes) - shown} more (--json lists them)"
+        if len(line) + 2 + len(change) + (len(more) if shown < len(changes) - 1 else 0) > LINE_CHARS - 2:
+            return line + more
+        line += "; " + change
+    return line
+
+
+def verdicts_section(runs: list[Run], slos: list[Any], figures: pd.DataFrame) -> Section:
+    """Each run against the first, figure by figure in the order of `figures` (the runs' headline
+    figures, whose values become `a` and `b`): `verdicts.verdicts_table` with the runs' labels
+    (`run_a`, `run_b`), and one sentence a verdict."""
+    first = runs[0]
+    samples = [verdicts.headline_samples(run.records, slo) for run, slo in zip(runs, slos)]
+    values = figures.set_index(["run", "figure"])["value"]
+    rank = {figure: i for i, figure in enumerate(dict.fromkeys(figures["figure"]))}
+    parts = []
+    for run, found in zip(runs[1:], samples[1:]):
+        table = verdicts.verdicts_table(samples[0], found)
+        table = table.iloc[sorted(range(len(table)), key=lambda i: rank.get(table["figure"].iat[i], len(rank)))]
+        table = table.assign(a=[values.get((first.label, figure), a) for figure, a in zip(table["figure"], table["a"])],
+                             b=[values.get((run.label, figure), b) for figure, b in zip(table["figure"], table["b"])])
+        parts.append(table.assign(run_a=first.label, run_b=run.label))
+    columns = ["figure", "cell", "run_a", "run_b", *verdicts.VERDICT_COLUMNS[2:]]
+    data = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
+    lines = [_verdict_sentence(row) for row in data.itertuples(index=False)]
+    if data["few_samples"].any():
+        lines.append(f"few samples: fewer than {verdicts.FEW_SAMPLES} independent samples on a side (3 rounds, or a "
+                     "time series in few blocks); the interval is then about as wide as their whole spread")
+    view = pd.DataFrame({"verdicts": lines})
+    return Section(
+        "verdicts", f"Verdicts against {first.label} (B/A - 1, 95 % bootstrap CI from each run's rounds, requests or "
+        f"time bins; within ±{verdicts.EQUIVALENCE_PCT:g} % reads not distinguishable)", data, view,
+        keys=("run_b", "figure"), left=("verdicts",))
+
+
+def _verdict_sentence(row: Any) -> str:
+    """e.g. "c4-different aggregate t/s (protocol): b is 7.4 % lower than a (95 % CI -8.1 to -6.7 %, n 3/3)";
+    without "than a" where the line would be wider than `LINE_CHARS` (the title names a)."""
+    counts = f"n {row.n_a}/{row.n_b}"
+    if row.verdict == verdicts.TOO_FEW:
+        claim, reference = f"too few samples to tell {row.run_b}", f" from {row.run_a}"
+        detail = f"{_signed(row.diff_pct)} %, {counts}: {row.reason}"
+    else:
+        counts += ", few samples" if row.few_samples else ""
+        interval = f"95 % CI {_signed(row.ci_low_pct)} to {_signed(row.ci_high_pct)} %"
+        if row.verdict == verdicts.SAME:
+            claim, reference = f"{row.run_b} is not distinguishable", f" from {row.run_a}"
+            within = f" within ±{verdicts.EQUIVALENCE_PCT:g} %" if not row.ci_low_pct <= 0 <= row.ci_high_pct else ""
+            detail = f"{_signed(row.diff_pct)} %{within}, {interval}, {counts}"
+        else:
+            claim, reference = f"{row.run_b} is {abs(row.diff_pct):,.1f} % {row.verdict}", f" than {row.run_a}"
+            detail = f"{interval}, {counts}"
+    sentence = f"{row.figure}: {claim}{reference} ({detail})"
+    return sentence if len(sentence) <= LINE_CHARS - 2 else f"{row.figure}: {claim} ({detail})"
+
+
+def _signed(value: float) -> str:
+    """A signed number with one decimal, "+3.7", "-8.1" (no "-0.0")."""
+    return text.MISSING if np.isnan(value) else f"{value:+,.1f}".replace("-0.0", "+0.0")
 
 
 def determinism(runs: list[Run]) -> Section:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from analysis.compare import compare
+from analysis.rundir import load_run
 from tests.analysis.builders import build_record, build_run
 
 
@@ -102,3 +105,134 @@ def test_no_line_of_the_text_comparison_is_wider_than_160_characters():
     assert widths[-1][0] <= 160, widths[-1][1]
     values = section(document, "settings").data.set_index("setting")  # JSON and CSV keep the whole values
     assert values.loc["server.server_args.cuda_graph_bs", "trace-box-a-2024-05-01"].endswith(", 253]")
+
+
+# --- verdicts: each run against the first, in words, with an interval from the runs' own samples --------
+
+def test_verdicts_say_in_words_whether_a_run_is_higher_lower_or_not_distinguishable():
+    slower = compare([single_run("a", [2.0, 2.02, 1.98]), single_run("b", [2.16, 2.18, 2.14])])  # 1/1.08
+    same = compare([single_run("a", [2.0, 2.02, 1.98]), single_run("b", [2.01, 1.99, 2.0])])
+    lower = section(slower, "verdicts").data.set_index("figure").loc["code decode t/s"]
+    assert (lower["verdict"], lower["n_a"], lower["n_b"]) == ("lower", 3, 3)
+    assert lower["diff_pct"] == pytest.approx(-7.4, abs=0.05)
+    assert lower["ci_low_pct"] <= lower["diff_pct"] <= lower["ci_high_pct"] < 0
+    assert _verdict_line(slower, "code decode t/s").startswith("code decode t/s: b is 7.4 % lower than a (95 % CI -")
+    assert _verdict_line(slower, "code decode t/s").endswith(" %, n 3/3, few samples)")
+    assert _verdict_line(same, "code decode t/s").startswith("code decode t/s: b is not distinguishable from a (+0.0 %")
+    assert "few samples: fewer than 5 independent samples" in section(same, "verdicts").view["verdicts"].iat[-1]
+
+
+def _verdict_line(document, figure):
+    return next(line for line in section(document, "verdicts").view["verdicts"] if line.startswith(figure + ":"))
+
+
+def test_one_round_is_too_few_samples_for_a_verdict():
+    document = compare([single_run("a", [2.0]), single_run("b", [1.0])])
+    assert _verdict_line(document, "code decode t/s") == \
+        "code decode t/s: too few samples to tell b from a (+100.0 %, n 1/1: fewer than 2 samples)"
+
+
+def test_the_json_verdicts_carry_both_figures_the_difference_its_interval_and_the_counts(write_run, capsys):
+    from analysis.__main__ import main
+
+    dirs = [write_run([build_record(round=i, ttft_s=0.1, total_s=0.1 + t, comp=201) for i, t in enumerate(times)],
+                      name=name) for name, times in (("a", [2.0, 2.02, 1.98]), ("b", [2.16, 2.18, 2.14]))]
+    assert main(["compare", *map(str, dirs), "--json"]) == 0
+    output = json.loads(capsys.readouterr().out)
+    decode = next(row for row in output["verdicts"] if row["figure"] == "code decode t/s")
+    assert set(decode) == {"figure", "cell", "run_a", "run_b", "a", "b", "diff_pct", "ci_low_pct", "ci_high_pct",
+                           "verdict", "n_a", "n_b", "few_samples", "reason"}
+    assert (decode["cell"], decode["run_a"], decode["run_b"], decode["verdict"]) == ("single", "a", "b", "lower")
+    assert decode["a"] == pytest.approx(100.0, rel=1e-3) and decode["b"] == pytest.approx(92.6, rel=1e-3)
+    figures = {(row["figure"], row["run"]): row["value"] for row in output["tables"]["comparison"]}
+    assert (decode["a"], decode["b"]) == (figures[("code decode t/s", "a")], figures[("code decode t/s", "b")])
+    assert output["conditions"] == [] and output["tables"]["verdicts"] == output["verdicts"]
+
+
+def test_the_conditions_line_names_each_way_the_runs_were_taken_differently():
+    a, b, c = single_run("a", [2.0, 2.0]), single_run("b", [2.0, 2.0], max_tokens=1024), single_run("c", [2.0, 2.0])
+    a.manifest.update(started_at="2026-12-04T09:00:00+0000", tool={"version": "0.1.0"}, client={"host": "box1"},
+                      server={"version": "0.5.9", "launch": {"tp_size": 2, "max_running_requests": 2}})
+    b.manifest.update(started_at="2026-12-04T18:30:00+0000", tool={"version": "0.1.0"}, client={"host": "box2"},
+                      server={"version": "0.5.10", "launch": {"tp_size": 2, "max_running_requests": 4}})
+    c.manifest.update(started_at="2026-12-04T11:00:00+0000", **{k: a.manifest[k] for k in ("tool", "client", "server")})
+    document = compare([a, b, c])
+    assert section(document, "conditions").view["conditions"].tolist() == [
+        "b against a: client host: client.host box1 → box2",
+        "b against a: server version: server.version 0.5.9 → 0.5.10",
+        "b against a: launch flags: server.launch.max_running_requests 2 → 4",
+        "b against a: max_tokens: 512 → 1024",
+        "b against a: time of day: started 9.5 h apart: 2026-12-04T09:00:00+0000 → 2026-12-04T18:30:00+0000",
+        ("c against a: same client host, tool and server versions, launch flags, model, workload, max_tokens and "
+         "thinking; started within 6 h"),
+    ]
+    assert section(document, "conditions").data[["run_b", "key", "a", "b"]].values.tolist()[2] == \
+        ["b", "server.launch.max_running_requests", "2", "4"]
+
+
+def test_the_verdicts_follow_the_figures_and_come_before_the_determinism_check():
+    keys = [s.key for s in compare([single_run("a", [2.0, 2.0]), single_run("b", [2.0, 2.0])]).sections]
+    assert keys == ["settings", "comparison", "conditions", "verdicts", "determinism", "locust_totals"]
+
+
+# --- known answers from the simulator: decode 1.08 times slower, and one configuration against itself ------
+
+SIM_RUN = ["--headless", "-u", "2", "--rounds", "3", "--scenarios", "code", "--concurrency", "2",
+           "--loglevel", "WARNING"]
+NOMINAL_PCT = (1 / 1.08 - 1) * 100  # -7.4 %: every simulated duration 1.08 times longer
+DECODE_FIGURES = ("code decode t/s", "c2-same per-stream decode t/s", "c2-different per-stream decode t/s")
+THROUGHPUT_FIGURES = ("c2-same aggregate t/s (protocol)", "c2-different aggregate t/s (protocol)")
+
+
+@pytest.fixture(scope="module")
+def simulator_runs(tmp_path_factory):
+    """Three small protocol runs on the built-in simulator (about 6 s each): at --time-scale 0.1, at
+    0.108, and at 0.1 again; each simulator writes its own trace of what it sent."""
+    from tests.conftest import run_locust
+
+    work = tmp_path_factory.mktemp("verdicts")
+    runs = {}
+    for name, scale in (("fast", 0.1), ("slow", 0.108), ("again", 0.1)):
+        (work / name).mkdir()  # each run in its own directory, so that the trace's path reads alike in all
+        result = run_locust([*SIM_RUN, "--run-dir", "run", "--sim-args", f"--time-scale {scale} --trace trace.jsonl"],
+                            cwd=work / name)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[name] = load_run(work / name / "run", name)
+    return work, runs
+
+
+def _server_decode(work, run):
+    """The single-stream code decode the simulator itself sent: (comp - 1) / (last - first token
+    written), from its trace, mean over the run's rounds."""
+    trace = {row["request_id"]: row for row in map(json.loads, (work / run.label / "trace.jsonl").open())}
+    single = run.records[(run.records["cell"] == "single") & run.records["ok"]]
+    sent = [trace[request_id] for request_id in single["request_id"]]
+    decode = [(row["completion_tokens"] - 1) / (row["last_token_at"] - row["first_token_at"]) for row in sent]
+    return sum(decode) / len(decode)
+
+
+@pytest.mark.processes
+def test_a_simulator_1_08_times_slower_reads_lower_by_7_4_percent(simulator_runs):
+    """The interval holds what the simulator itself did (its trace), and -7.4 % within the ±1 %
+    by which two runs of one configuration differ (the simulator's own timing varies a few tenths
+    of a percent from run to run: -7.7 % and -7.8 % were seen for single-stream decode)."""
+    work, runs = simulator_runs
+    verdicts = section(compare([runs["fast"], runs["slow"]]), "verdicts").data.set_index("figure")
+    truth = (_server_decode(work, runs["slow"]) / _server_decode(work, runs["fast"]) - 1) * 100
+    assert abs(truth - NOMINAL_PCT) < 1.0
+    decode = verdicts.loc["code decode t/s"]
+    assert decode["ci_low_pct"] <= truth <= decode["ci_high_pct"]
+    for figure in (*DECODE_FIGURES, *THROUGHPUT_FIGURES):
+        row = verdicts.loc[figure]
+        assert row["verdict"] == "lower" and row["n_a"] == row["n_b"] == 3, (figure, row.to_dict())
+        assert row["ci_low_pct"] - 1.0 <= NOMINAL_PCT <= row["ci_high_pct"] + 1.0, (figure, row.to_dict())
+
+
+@pytest.mark.processes
+def test_one_configuration_against_itself_reads_not_distinguishable(simulator_runs):
+    _, runs = simulator_runs
+    document = compare([runs["fast"], runs["again"]])
+    verdicts = section(document, "verdicts").data.set_index("figure")
+    for figure in (*DECODE_FIGURES, *THROUGHPUT_FIGURES):
+        assert verdicts.loc[figure, "verdict"] == "not distinguishable", (figure, verdicts.loc[figure].to_dict())
+    assert section(document, "conditions").view["conditions"].iat[0].startswith("again against fast: same client host")
