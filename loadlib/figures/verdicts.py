@@ -40,7 +40,8 @@ one machine differ by up to about half a percent in decode (the simulator, 3 rou
 an interval that excludes 0 (runs taken minutes apart do not share all their conditions); a
 difference within 1 % is not one to act on, so it reads "not distinguishable" whatever its
 interval. "too few samples" when either run has fewer than 2 units, or a percentile fewer
-values than it needs to be more than the largest value (a p99 needs 100).
+values than it needs to say anything about the tail (`uncertainty.samples_needed`: a p99 needs
+100, below that it is the largest values' neighbourhood).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import pandas as pd
 from loadlib.figures import free_running
 from loadlib.figures.goodput import GoodputSlo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
+from loadlib.figures.uncertainty import samples_needed
 from loadlib.scenarios.base import SINGLE
 
 LEVEL = 0.95
@@ -223,8 +225,10 @@ def ratio_interval(a: Sample, b: Sample, seed: int = SEED, resamples: int = RESA
     """The bootstrap interval of (B/A - 1) in percent: each run resampled independently
     (`bootstrap`), percentiles expanded for the fewest independent units on either side."""
     rng = np.random.default_rng(seed)
+    resampled_a = bootstrap(a, rng, resamples)  # A's resamples first, then B's, from one seeded stream
+    resampled_b = bootstrap(b, rng, resamples)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = (bootstrap(b, rng, resamples) / bootstrap(a, rng, resamples) - 1) * 100  # A's first: fixed order
+        ratios = (resampled_b / resampled_a - 1) * 100
     ratios = ratios[np.isfinite(ratios)]
     if len(ratios) < resamples / 2:
         return math.nan, math.nan
@@ -396,15 +400,8 @@ def _ttft_samples(df: pd.DataFrame) -> list[FigureSample]:
             units, block = ttft[:, None], block_length(ttft)
         cell = str(cell)
         found += [FigureSample(f"{cell} TTFT p{round(q * 100)} s", cell,
-                               Sample.of(units, quantile(q), block, min_values=values_needed(q))) for q in (0.5, 0.99)]
+                               Sample.of(units, quantile(q), block, min_values=samples_needed(q))) for q in (0.5, 0.99)]
     return found
-
-
-def values_needed(q: float) -> int:
-    """The fewest values whose q-quantile says something about the tail: 1 / (1 - q) (2 for a
-    median, 100 for a p99). With fewer, less than one value is expected above the quantile, and
-    the percentile is the largest value's neighbourhood, not an estimate of the tail."""
-    return max(2, math.ceil(1 / (1 - q) - 1e-9))
 
 
 def _by_round(rounds: np.ndarray, values: np.ndarray) -> np.ndarray:
