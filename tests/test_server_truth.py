@@ -3,7 +3,7 @@ server's accept length beside the client's tok/chunk.
 
 Recorded metric texts (tests/data/metrics) are written from SGLang's, vLLM's, llama.cpp's and
 sglang-router's documented metric names; the end-to-end tests run real headless Locust against
-the simulator, whose /metrics uses SGLang's names.
+the simulator, whose /metrics uses the names of the server it plays (SGLang's by default).
 """
 
 from __future__ import annotations
@@ -31,13 +31,29 @@ DATA = Path(__file__).parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
 
 
-def recorded_cell(server: str, source: str = "target", names=server_figures.NAMES_READ) -> list[dict]:
+def recorded_cell(server: str, source: str = "target", names=server_figures.NAMES_READ,
+                  added: dict[str, str] | None = None) -> list[dict]:
     """A cell's scrapes as the journal keeps them (start, one during the cell, end), parsed as
-    the report parses them."""
+    the report parses them; `added` appends text to the page of a scrape ("start", "during", "end")."""
     return [parsed({"t": T0 + offset, "source": source, "url": "http://gpu-box/metrics", "phase": phase,
                     "cell_index": 0, "cell": "c4-same", "case": "same", "error": None,
-                    "text": (DATA / f"{server}_{name}.prom").read_text()}, names)
+                    "text": (DATA / f"{server}_{name}.prom").read_text() + (added or {}).get(name, "")}, names)
             for offset, phase, name in ((0.0, "start", "start"), (5.0, "interval", "during"), (10.0, "end", "end"))]
+
+
+def llamacpp_page_now(cached: int, drafts: int, accepted: int) -> str:
+    """What a current llama-server adds to the recorded (older) page: the prompt tokens it took
+    from the cache, counted apart from those it computed, and its speculative drafts."""
+    lines = []
+    for name, value in (("prompt_tokens_cached_total", cached), ("spec_decode_num_drafts_total", drafts),
+                        ("spec_decode_num_draft_tokens_total", drafts * 15),
+                        ("spec_decode_num_accepted_tokens_total", accepted)):
+        lines += [f"# HELP llamacpp:{name} -", f"# TYPE llamacpp:{name} counter", f"llamacpp:{name} {value}"]
+    return "\n".join(lines) + "\n"
+
+
+LLAMACPP_NOW = {"start": llamacpp_page_now(20_000, 500, 1_000), "during": llamacpp_page_now(24_000, 600, 1_300),
+                "end": llamacpp_page_now(30_236, 700, 1_600)}
 
 
 def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
@@ -63,7 +79,8 @@ def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
     ("vllm", dict(server="vLLM", accept_length=5.0, accept_basis="counter", prefix_hit_rate=0.25,
                   prefix_basis="counter", running_mean=8.0, queued_mean=3.0, ttft_mean_s=0.3,
                   requests=8.0, generated_tokens=4096.0)),
-    # llama.cpp: no speculative, prefix-cache or TTFT metrics; processing and deferred requests.
+    # an older llama-server: no speculative, prefix-cache or TTFT metrics; processing and deferred
+    # requests.
     ("llamacpp", dict(server="llama.cpp", accept_length=None, accept_basis=None, prefix_hit_rate=None,
                       prefix_basis=None, running_mean=2.0, queued_mean=1.0, ttft_mean_s=None,
                       requests=None, generated_tokens=1024.0)),
@@ -74,6 +91,16 @@ def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
     assert cell.samples == 1
     for name, value in expected.items():
         assert getattr(cell, name) == (pytest.approx(value) if isinstance(value, float) else value), name
+
+
+def test_a_current_llama_server_gives_its_accept_length_and_prefix_hits_by_counters():
+    # 1 + 600 accepted / 200 drafts; 10,236 prompt tokens from the cache and 10,236 - 6,824 computed
+    [cell] = server_figures.server_cells(recorded_cell("llamacpp", added=LLAMACPP_NOW))
+    assert (cell.accept_length, cell.accept_basis) == (4.0, "counter")
+    assert cell.prefix_hit_rate == pytest.approx(10_236 / (10_236 + 3_412)) and cell.prefix_basis == "counter"
+    assert cell.generated_tokens == 1024.0 and cell.requests is None and cell.ttft_mean_s is None
+    row = server_cell_table([cell], client_records(chunks=128)).iloc[0]  # 512 tokens in 128 chunks
+    assert row["client_tok_per_chunk"] == pytest.approx(4.0) and not row["diverges"]
 
 
 @pytest.mark.parametrize("server", ["sglang", "vllm", "llamacpp"])

@@ -62,7 +62,7 @@ class SimRequest:
 
     __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "prefilled", "limit",
                  "output", "generated", "streamed", "finish_reason", "aborted", "on_step",
-                 "_cdf", "_cdf_reasoning", "_rng")
+                 "uncounted", "_cdf", "_cdf_reasoning", "_rng")
 
     def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, limit: int,
                  finish_reason: str, cdf: tuple[float, ...], cdf_reasoning: tuple[float, ...],
@@ -79,6 +79,7 @@ class SimRequest:
         self.finish_reason = finish_reason  # what ends it when `generated` reaches `limit`
         self.aborted = False
         self.on_step: StepCallback = _ignore
+        self.uncounted = 0  # of its tokens, those the generated-token counters leave out (a fault)
         self._cdf = cdf
         self._cdf_reasoning = cdf_reasoning
         self._rng = rng
@@ -106,12 +107,23 @@ class SpecStats:
     """
 
     __slots__ = ("tokens", "forwards", "total_tokens", "total_forwards", "accept_length",
-                 "accept_rate")
+                 "accept_rate", "drafts_total", "draft_tokens_total", "accepted_total")
 
     def __init__(self) -> None:
         self.tokens = self.forwards = 0  # since the last decode log
         self.total_tokens = self.total_forwards = 0  # over every completed interval
         self.accept_length = self.accept_rate = 0.0  # the gauges
+        # vLLM's and llama.cpp's counters, at every verify step: one draft per request and step,
+        # its draft tokens, and the ones accepted (the step's tokens but the one it samples)
+        self.drafts_total = self.draft_tokens_total = self.accepted_total = 0
+
+    def count_step(self, tokens: int, requests: int, draft_tokens: int) -> None:
+        """One verify step of `requests` requests that made `tokens` tokens."""
+        self.tokens += tokens
+        self.forwards += requests
+        self.drafts_total += requests
+        self.draft_tokens_total += requests * (draft_tokens - 1)
+        self.accepted_total += tokens - requests
 
     def log_interval(self, draft_tokens: int) -> None:
         """SGLang's `log_decode_stats`: gauges from the interval, then into the totals."""
@@ -135,7 +147,8 @@ class Stats:
     def __init__(self) -> None:
         self.requests_total = 0
         self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
+        self.generation_tokens_total = 0  # when a request finishes (SGLang, llama.cpp)
+        self.generated_tokens_made = 0  # as they are made, step by step (vLLM)
         self.cached_tokens_total = 0
         self.aborted_total = 0
         self.prefill_steps_total = 0
@@ -351,6 +364,7 @@ class Engine:
             stats.prompt_tokens_total += req.prompt_tokens
             stats.cached_tokens_total += req.cached_tokens
             req.generated = req.streamed = 1  # prefill samples the first token
+            stats.generated_tokens_made += 1
             if req.limit <= 1:
                 self._finish(req)
                 req.on_step(0, 1, True)
@@ -383,6 +397,7 @@ class Engine:
             gain = req.draw_step()
             step_tokens += gain
             end = req.generated + gain
+            stats.generated_tokens_made += min(end, req.limit) - req.generated
             if end >= req.limit:
                 req.generated = req.limit
                 self._finish(req)
@@ -397,8 +412,7 @@ class Engine:
         if batch:
             stats.recent_tokens.append((monotonic(), step_tokens))
         spec = stats.spec
-        spec.tokens += step_tokens
-        spec.forwards += batch
+        spec.count_step(step_tokens, batch, self.cfg.speculative_num_draft_tokens)
         if self._decode_ct % self.cfg.decode_log_interval == 0:
             spec.log_interval(self.cfg.speculative_num_draft_tokens)
         self.running = still
@@ -406,7 +420,8 @@ class Engine:
     def _finish(self, req: SimRequest) -> None:
         stats = self.stats
         stats.requests_total += 1
-        stats.generation_tokens_total += req.limit
+        stats.generation_tokens_total += req.limit - req.uncounted
+        stats.generated_tokens_made -= req.uncounted
         if not self.cfg.disable_radix_cache:
             out_ids = [tokenizer.piece_id(t) for t in req.output.texts[:req.limit - 1]]
             self.radix.insert(req.prompt_ids + out_ids)

@@ -17,6 +17,7 @@ faults itself with the header `X-Sim-Fault: KIND[=VALUE][, KIND[=VALUE]...]`.
 | `no_done`     | no `data: [DONE]` line (the body still ends properly)          | -                |
 | `stall_first` | a pause before the first chunk (time-scaled like all durations) | seconds (default 5) |
 | `stall`       | a pause before a later chunk (time-scaled)                     | seconds (default 5) |
+| `count_skew`  | the stream is whole, but the server's generated-token counters leave out a share of its tokens | share (default 0.1) |
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 KINDS = ("http500", "http503", "http429", "too_long", "error_event", "drop", "malformed",
-         "no_usage", "no_done", "stall_first", "stall")
+         "no_usage", "no_done", "stall_first", "stall", "count_skew")
 HEADER = "x-sim-fault"
 
 
@@ -51,6 +52,8 @@ def parse_spec(text: str) -> FaultSpec:
         raise ValueError(f"bad fault spec {text!r}: VALUE and SHARE must be numbers") from None
     if not 0.0 <= share <= 1.0 or (value is not None and value < 0):
         raise ValueError(f"bad fault spec {text!r}: SHARE must be in [0, 1] and VALUE >= 0")
+    if kind == "count_skew" and value is not None and value > 1:
+        raise ValueError(f"bad fault spec {text!r}: count_skew's VALUE is a share, in [0, 1]")
     return FaultSpec(kind, value, share)
 
 
@@ -69,6 +72,7 @@ class Faults:
     stall_first_s: float | None = None
     stall_at: int | None = None
     stall_s: float | None = None
+    count_skew: float | None = None  # share of the tokens the counters leave out
 
     def place(self, limit: int) -> None:
         """Resolves mid-stream positions left at their default (half the output, at least 2)."""
@@ -96,6 +100,8 @@ def _apply(faults: Faults, spec: FaultSpec) -> None:
     elif kind == "stall":
         faults.stall_s = value if value is not None else 5.0
         faults.stall_at = -1
+    elif kind == "count_skew":
+        faults.count_skew = value if value is not None else 0.1
 
 
 class FaultPicker:

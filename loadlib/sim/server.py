@@ -458,6 +458,8 @@ class SimServer:
                                            body.get("ignore_eos") is True)
         except ValueError as exc:
             return self._send(sock, self._error(400, str(exc), extra=rid_header))
+        if faults and faults.count_skew:
+            req.uncounted = round(req.limit * faults.count_skew)
         error = self._check_length(req, max_tokens, bool(faults and faults.too_long))
         if error:
             return self._send(sock, self._error(400, error, extra=rid_header))

@@ -135,13 +135,16 @@ class Scraper:
     def scrape(self, phase: str, cell: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Scrapes every active source at once; returns and journals one entry per source."""
         sources = self.active
+        asked = time.time()
         jobs = [gevent.spawn(fetch_metrics, s.url, self._headers, self._verify_tls, self._timeout_s)
                 for s in sources]
         gevent.joinall(jobs)
         entries = []
         for source, job in zip(sources, jobs):
             result = job.value if job.successful() else {"error": f"scrape failed: {job.exception!r}"}
-            entry = {"t": time.time(), "source": source.name, "url": source.url, "phase": phase,
+            # `t`: when every page had come (or failed), `t_asked`: when they were asked for; the
+            # server's values are of a moment in between
+            entry = {"t": time.time(), "t_asked": asked, "source": source.name, "url": source.url, "phase": phase,
                      **(cell or {}), **result}
             if source.name not in self._asked:
                 self._asked.add(source.name)

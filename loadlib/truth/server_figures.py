@@ -6,6 +6,9 @@ Each server names its metrics differently (its flavour's `MetricNames`, in
 its end scrape. A gauge gives the server's own recent average at the moment of a scrape: the
 cell's figure is the mean of the scrapes taken during the cell, and is labelled "gauge".
 
+A prefix hit rate is hit tokens over queried tokens, from counters (llama.cpp counts the hit and
+the computed prompt tokens apart: queried is their sum) or the server's gauge.
+
 The server's accept length (tokens per verify step, counted by the server) and the client's
 tok/chunk (stream-chunk basis) are different figures: they are put side by side, never merged.
 When they differ by more than the server's figure can tell from noise (`accept_tolerance`: 10 %
@@ -44,6 +47,7 @@ def _names_read() -> frozenset[str]:
         names.update(n for n in (m.accept_gauge, m.cache_gauge, m.running, m.queued, m.requests, m.generated) if n)
         names.update(m.accept_counters or ())
         names.update(n for pair in m.cache_counters for n in pair)
+        names.update(m.cache_parts or ())
         if m.ttft:
             names.update((f"{m.ttft}_sum", f"{m.ttft}_count"))
     return frozenset(names)
@@ -55,13 +59,16 @@ NAMES_READ = _names_read()  # the only samples the figures need: parse just thes
 @dataclass(frozen=True)
 class CellSpan:
     """One cell as one source's scrapes frame it: the driver's order, name and case, and the
-    wall clock of its start and end scrapes (the cell's requests were sent between them)."""
+    wall clock of its start and end scrapes (the cell's requests were sent between them): when
+    each page had come, and when it was asked for (None in runs from before that was kept)."""
 
     index: int
     cell: str
     case: str | None
     started_at: float
     ended_at: float
+    start_asked_at: float | None = None
+    end_asked_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class ServerCell:
 
     source: str
     server: str  # the flavour's title
+    flavour: str  # its name (`FLAVOURS`)
     span: CellSpan
     accept_length: float | None
     accept_basis: str | None  # COUNTER or GAUGE
@@ -84,6 +92,8 @@ class ServerCell:
     requests: float | None
     generated_tokens: float | None
     samples: int  # scrapes taken during the cell (between its start and end scrapes)
+    # (wall clock, running + queued requests) of each of those scrapes: what the server held then
+    held: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,11 +159,13 @@ def cell_figures(source: str, flavour: Flavour, entries: list[dict[str, Any]]) -
     hit, hit_basis = _prefix_hit_rate(names, start, end, during)
     running = [v for v in (_value(e, names.running) for e in during) if v is not None]
     queued = [v for v in (_value(e, names.queued) for e in during) if v is not None]
+    held = tuple((e["t"], r + (_value(e, names.queued) or 0.0)) for e in during
+                 if (r := _value(e, names.running)) is not None)
     return ServerCell(
-        source, flavour.title, _span(start, end), accept, accept_basis, tolerance, hit, hit_basis, _mean(running),
-        max(running, default=None), _mean(queued), max(queued, default=None),
+        source, flavour.title, flavour.name, _span(start, end), accept, accept_basis, tolerance, hit, hit_basis,
+        _mean(running), max(running, default=None), _mean(queued), max(queued, default=None),
         _histogram_mean(names.ttft, start, end), _delta(start, end, names.requests),
-        _delta(start, end, names.generated), len(during))
+        _delta(start, end, names.generated), len(during), held)
 
 
 def cell_records(records: pd.DataFrame, span: CellSpan) -> pd.DataFrame:
@@ -210,7 +222,8 @@ def _by_source_and_cell(entries: Iterable[dict[str, Any]]) -> dict[str, dict[int
 
 
 def _span(start: dict[str, Any], end: dict[str, Any]) -> CellSpan:
-    return CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"])
+    return CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"],
+                    start.get("t_asked"), end.get("t_asked"))
 
 
 def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -245,6 +258,10 @@ def _prefix_hit_rate(names: MetricNames, start: dict, end: dict, during: list[di
         hits, queries = _delta(start, end, hits_name), _delta(start, end, queries_name)
         if hits is not None and queries:
             return hits / queries, COUNTER
+    if names.cache_parts:
+        hits, computed = (_delta(start, end, name) for name in names.cache_parts)
+        if hits is not None and computed is not None and hits + computed:
+            return hits / (hits + computed), COUNTER
     if names.cache_gauge:
         values = _fresh_gauge(names.cache_gauge, start, [*during, end])
         if values:

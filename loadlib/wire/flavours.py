@@ -42,12 +42,19 @@ class MetricNames:
     accept_counters: tuple[str, str] | None = None  # (accepted draft tokens, drafts): 1 + a/d
     accept_gauge: str | None = None
     cache_counters: tuple[tuple[str, str], ...] = ()  # (hit tokens, queried tokens), first found
+    # (hit tokens, prompt tokens computed): a server that counts the two apart (llama.cpp), whose
+    # queried tokens are their sum
+    cache_parts: tuple[str, str] | None = None
     cache_gauge: str | None = None
     running: str | None = None
     queued: str | None = None
     ttft: str | None = None  # histogram: mean = change of _sum / change of _count
     requests: str | None = None  # finished requests
     generated: str | None = None  # generated tokens
+    # `generated` grows as the tokens are made, step by step (vLLM), rather than by a request's
+    # whole answer when it finishes (SGLang, llama.cpp): a request that crosses a cell's edge is
+    # then counted in part on each side
+    generated_each_step: bool = False
     # Requests a router in front of this server sent to each worker (label `worker`), on the
     # router's own page; the first name found counts.
     router_requests: tuple[str, ...] = ()
@@ -110,15 +117,21 @@ VLLM = Flavour(
                         ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total")),
         cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
         queued="vllm:num_requests_waiting", ttft="vllm:time_to_first_token_seconds",
-        requests="vllm:request_success_total", generated="vllm:generation_tokens_total"),
+        requests="vllm:request_success_total", generated="vllm:generation_tokens_total",
+        generated_each_step=True),
     Probes("vllm", ("/version",), marks=(), version_field="version", owned_by="vllm"),
     server_header="uvicorn")
 LLAMACPP = Flavour(
     "llamacpp", "llama.cpp",
     DeltaKeys(reasoning="reasoning_content"),
     ErrorShape(("code", "message", "type"), nested_in_body=True, done_after_stream_error=False),
-    MetricNames(  # no speculative, prefix-cache or TTFT metrics in llama-server's /metrics
-        "llamacpp:", running="llamacpp:requests_processing", queued="llamacpp:requests_deferred",
+    MetricNames(  # llama-server's --metrics: no TTFT histogram and no count of requests
+        "llamacpp:",
+        # current llama-server; older builds export neither and show no accept length or prefix hit
+        accept_counters=("llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_drafts_total"),
+        # its prompt_tokens_total counts the prompt tokens it computed, the cached ones apart
+        cache_parts=("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
+        running="llamacpp:requests_processing", queued="llamacpp:requests_deferred",
         generated="llamacpp:tokens_predicted_total"),
     Probes("llama.cpp", ("/props",), marks=("default_generation_settings", "build_info"),
            version_field="build_info", owned_by="llamacpp"),

@@ -6,7 +6,7 @@ import json
 import socket
 
 import pytest
-from sim_http import chat, chat_payload, read_trace
+from sim_http import chat, chat_payload, metric, read_trace, request
 
 from loadlib.sim.faults import parse_spec
 from loadlib.sim.process import start_simulator
@@ -84,6 +84,18 @@ def test_no_usage_and_no_done(sim):
 
 
 @pytest.mark.processes
+def test_count_skew_streams_every_token_but_counts_fewer(sim):
+    """The stream is whole; the server's generated-token counter leaves out 10 % of it."""
+    counted = lambda: metric(request(sim.url, "GET", "/metrics").body.decode(), "sglang:generation_tokens_total")
+    before = counted()
+    reply = fault(sim, "count_skew=0.1", max_tokens=200)
+    assert reply.usage["completion_tokens"] == 200 and len(reply.text) > 0 and reply.events[-1] == "[DONE]"
+    assert counted() - before == 180
+    assert fault(sim, "count_skew", max_tokens=50).usage["completion_tokens"] == 50  # 10 % by default
+    assert counted() - before == 180 + 45
+
+
+@pytest.mark.processes
 def test_stalls_before_first_and_later_chunks_are_traced(tmp_path):
     path = tmp_path / "trace.jsonl"
     with start_simulator(["--time-scale", "0.05", "--trace", str(path)]) as sim:
@@ -112,3 +124,6 @@ def test_fault_spec_parsing():
         parse_spec("explode")
     with pytest.raises(ValueError, match="SHARE"):
         parse_spec("drop@2")
+    assert parse_spec("count_skew=0.25").value == 0.25
+    with pytest.raises(ValueError, match="count_skew's VALUE is a share"):
+        parse_spec("count_skew=2")

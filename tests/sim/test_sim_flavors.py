@@ -1,12 +1,16 @@
-"""`--flavor vllm|llamacpp` switch the chunk shapes to those servers' own."""
+"""`--flavor vllm|llamacpp` switch the chunk shapes and the /metrics names to those servers' own."""
 
 from __future__ import annotations
 
 import pytest
-from sim_http import chat, chat_payload
+from sim_http import chat, chat_payload, request
 
 from loadlib.scenarios.corpus import tools
+from loadlib.sim.metrics import PAGES
 from loadlib.sim.process import start_simulator
+from loadlib.sim.wire import SHAPES
+from loadlib.truth.scrape import parse_metrics
+from loadlib.wire.flavours import FLAVOURS
 from loadlib.wire.sse import parse_stream
 
 
@@ -84,3 +88,61 @@ def test_every_flavor_streams_the_same_tool_calls_in_its_own_shape(sim, vllm, ll
     for reply in replies.values():
         summary = parse_stream([reply.body_bytes], [0.0])
         assert summary.finish_reason == "tool_calls" and summary.chunks == len(reply.tool_deltas)
+
+
+def counters(url: str) -> dict[str, float]:
+    """Every sample of the server's /metrics, summed over its labels."""
+    _families, samples = parse_metrics(request(url, "GET", "/metrics").body.decode())
+    totals: dict[str, float] = {}
+    for name, _labels, value in samples:
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def names_read(flavour) -> set[str]:
+    """The metrics the server view reads first for each figure (a gauge only where no counter)."""
+    m = flavour.metrics
+    accept = m.accept_counters or (m.accept_gauge,)
+    cache = (m.cache_counters[0] if m.cache_counters else m.cache_parts) or (m.cache_gauge,)
+    return {n for n in (*accept, *cache, m.running, m.queued, m.requests, m.generated) if n}
+
+
+def test_every_flavor_has_a_metrics_page():
+    assert set(PAGES) == set(SHAPES)
+
+
+@pytest.mark.processes
+def test_each_flavor_exports_the_metrics_its_flavour_reads(sim, vllm, llamacpp):
+    for name, server in {"sglang": sim, "vllm": vllm, "llamacpp": llamacpp}.items():
+        page = counters(server.url)
+        prefix = FLAVOURS[name].metrics.prefix
+        assert names_read(FLAVOURS[name]) <= set(page), name
+        assert not [n for n in page if ":" in n and not n.startswith((prefix, "loadlib_sim:"))], name
+
+
+@pytest.mark.processes
+def test_llamacpp_counts_cached_and_computed_prompt_tokens_apart_and_its_drafts(llamacpp):
+    prompt = "Write a Python function that merges two sorted lists."
+    chat(llamacpp.url, chat_payload(prompt, max_tokens=200))
+    before = counters(llamacpp.url)
+    reply = chat(llamacpp.url, chat_payload(prompt, max_tokens=200))
+    after = counters(llamacpp.url)
+    grew = {name: after[name] - before.get(name, 0.0) for name in after}
+    assert grew["llamacpp:tokens_predicted_total"] == 200 == reply.usage["completion_tokens"]
+    prompt_tokens = grew["llamacpp:prompt_tokens_cached_total"] + grew["llamacpp:prompt_tokens_total"]
+    assert prompt_tokens == reply.usage["prompt_tokens"]
+    assert grew["llamacpp:prompt_tokens_cached_total"] > prompt_tokens / 2  # the same prompt again
+    drafts, accepted = grew["llamacpp:spec_decode_num_drafts_total"], grew["llamacpp:spec_decode_num_accepted_tokens_total"]
+    assert 1 < 1 + accepted / drafts <= 8  # tokens per verify step, as the server view computes it
+    assert grew["llamacpp:spec_decode_num_draft_tokens_total"] == 7 * drafts  # 8 draft tokens a step, 1 sampled
+
+
+@pytest.mark.processes
+def test_vllm_counts_tokens_as_they_are_made_and_requests_when_they_finish(vllm):
+    before = counters(vllm.url)
+    reply = chat(vllm.url, max_tokens=120)
+    after = counters(vllm.url)
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == 120
+    assert after["vllm:request_success_total"] - before["vllm:request_success_total"] == 1
+    queried = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    assert queried == reply.usage["prompt_tokens"]

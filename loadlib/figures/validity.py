@@ -1,0 +1,401 @@
+"""Whether a measured cell's figures can be trusted: a list of checks per cell, each passed,
+failed, or not made (and then why not).
+
+- `client_headroom`: the client's self-watch (`client_watch` in the manifest, one snapshot per
+  process over the whole run) judged by `loadlib.figures.client_limits`: no process short of CPU,
+  no event-loop lag that delays timestamps.
+- `tokens`: the completion tokens the client counted (`usage.completion_tokens`) against the
+  change of the server's generated-token counter over the cell, within `TOKEN_LIMIT`.
+- `requests`: the requests the client sent against the change of the server's request counter.
+- `in_flight`: at each scrape taken during the cell, the requests the client had in flight against
+  those the server held (running + queued); their means within `IN_FLIGHT_LIMIT`.
+- `littles_law` (free-running cells): over the steady window, the mean requests in flight against
+  arrival rate x mean latency of the window's requests (Little's law, L = λW), within
+  `LITTLE_LIMIT`: a cell whose queue grew or drained was not steady.
+- `cache_state` (cells that meant a cache state): the state each request met (`cache_observed`)
+  against the state the cell meant (`cache_intended`).
+- `accept_length`: the client's tok/chunk against the server's accept length, as the server view
+  compares them (`loadlib.truth.server_figures.diverges`).
+
+The server's counters count whatever ended (or, for a server that counts tokens as they are made,
+whatever was generated) between the cell's start and end scrapes, so the client's side is taken
+over the same span from every request, whichever cell sent it. A request that was
+running at one of the cell's scrapes may count on either side of it, and a failed one may or may
+not have been counted: such requests widen the client's count into a range (`_sides`), and the
+server's figure passes when it falls within the range, give or take the tolerance. A rounds cell
+has none: its requests run between its scrapes. The run's unmeasured requests (a warm-up cell's
+last ones, priming, calibration) count too: the server counted them as well.
+
+Pure functions over the records frame, the manifest and the server's per-cell figures
+(`loadlib.truth.server_figures.ServerCell`); `loadlib/report/validity.py` presents them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from loadlib.figures.client_limits import LAG_LIMIT_S, client_limited
+from loadlib.figures.free_running import SteadyCell, steady_requests
+from loadlib.figures.scenario_tables import cache_state_table
+from loadlib.truth import server_figures
+from loadlib.truth.server_figures import ServerCell
+from loadlib.wire.flavours import FLAVOURS
+
+TOKEN_LIMIT = 0.02  # client and server counts of tokens and requests may differ by this share
+LITTLE_LIMIT = 0.10  # in flight against throughput x latency
+LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh too much to judge
+# Requests in flight: the server's running/queued are gauges read at a few instants (SGLang
+# updates them once per logging interval), and a request spends a moment in the client's socket
+# and the server's front end before the scheduler holds it; so the means may differ by this share,
+# and by IN_FLIGHT_SLACK requests whatever the load.
+IN_FLIGHT_LIMIT = 0.2
+IN_FLIGHT_SLACK = 0.5
+# What the client's side of the counts needs of every request sent (`tokens_agree`, ...)
+SENT_COLUMNS = ["sent_at", "first_token_at", "end_at", "ok", "completion_tokens", "max_tokens"]
+EDGE_S = 0.25  # the most a request's end (as the client reads it) may trail its end on the server
+
+CHECKS = {  # name (the JSON's) -> what it compares, in words
+    "client_headroom": "client headroom",
+    "tokens": "completion tokens (client against server)",
+    "requests": "requests (client against server)",
+    "in_flight": "requests in flight (client against server)",
+    "littles_law": "Little's law",
+    "cache_state": "cache state (intended against met)",
+    "accept_length": "accept length (against tok/chunk)",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of one cell: `ok` True (passed), False (failed) or None (could not be made);
+    `detail` says what was compared, or why it could not be."""
+
+    cell: str
+    name: str  # a key of CHECKS
+    ok: bool | None
+    detail: str
+
+
+def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequence[ServerCell],
+                    server_absent: str | None, steady_cells: Iterable[SteadyCell] = (),
+                    unmeasured: pd.DataFrame | None = None) -> list[Check]:
+    """Every check of every measured cell (the records frame `df`), cells in the records' order.
+
+    `servers` are the server's per-cell figures (`server_figures.server_cells`), `server_absent`
+    why there are none at all (`server_absence`), `steady_cells` the free-running cells
+    (`free_running.steady_cells`) for Little's law, `unmeasured` the run's unmeasured requests as
+    a records frame (`records_frame` of them, marked measured), which the server counted too.
+    """
+    sent = df if unmeasured is None or unmeasured.empty else pd.concat(
+        [df[SENT_COLUMNS], unmeasured[SENT_COLUMNS]], ignore_index=True)
+    flight = _in_flight_counter(sent)
+    steady = {cell[0]: cell for cell in steady_cells}
+    cache = cache_state_table(df)
+    headroom = client_headroom(manifest)
+    interval_s = ((manifest.get("server") or {}).get("metrics") or {}).get("interval_s")
+    checks = []
+    for cell in pd.unique(df["cell"]):
+        cell = str(cell)
+        checks.append(Check(cell, "client_headroom", *headroom))
+        spans = _spans(cell, servers)
+        if not spans:
+            why = server_absent or ("no scrape of the server at both the cell's start and its end (the cell is "
+                                    "still running, or a scrape failed)")
+            checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "accept_length")]
+        for sources in spans:
+            checks += [Check(cell, "tokens", *tokens_agree(sent, sources)),
+                       Check(cell, "requests", *requests_agree(sent, sources)),
+                       Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight)),
+                       Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+        if cell in steady:
+            checks.append(Check(cell, "littles_law", *littles_law(steady[cell])))
+        rows = cache[cache["cell"] == cell]
+        if not rows.empty:
+            checks.append(Check(cell, "cache_state", *cache_state(rows)))
+    return checks
+
+
+def validity_summary(checks: Sequence[Check]) -> dict[str, Any]:
+    """`{"ok": no check failed, "checks": [{"cell", "name", "ok", "detail"}, ...]}`; a check
+    that could not be made (`ok` None) does not fail the run."""
+    return {"ok": not any(c.ok is False for c in checks), "checks": [asdict(c) for c in checks]}
+
+
+def server_absence(manifest: Mapping[str, Any], scrapes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the run has no server figures at all, from the manifest's `server` and the scrapes
+    (`metrics.jsonl`'s entries); None when it may have some."""
+    server = manifest.get("server")
+    if not server:
+        return "no /metrics: the server was not watched (no `server` in the manifest)"
+    missing = (server.get("metrics") or {}).get("missing") or {}
+    asked = (server.get("metrics") or {}).get("sources") or {}
+    if asked and set(asked) <= set(missing) | {"router"}:
+        return "no /metrics (" + "; ".join(f"{name}: {why}" for name, why in missing.items()) + ")"
+    if not any(entry.get("cell") for entry in scrapes):
+        return "no /metrics: no scrape was taken during the cells"
+    if server_figures.flavour_of(scrapes) is None:
+        return "its /metrics has no metric of a known server (" + ", ".join(
+            f.metrics.prefix for f in FLAVOURS.values()) + ")"
+    return None
+
+
+# --- the checks, each (ok, detail) --------------------------------------------------------------
+
+Verdict = tuple[bool | None, str]
+
+
+def client_headroom(manifest: Mapping[str, Any]) -> Verdict:
+    snapshots = [s for s in manifest.get("client_watch") or () if isinstance(s, Mapping)]
+    if not snapshots:
+        return None, "no self-watch in the manifest (client_watch)"
+    reasons = client_limited(snapshots)
+    if reasons:
+        return False, "the client may have limited the figures (over the whole run): " + "; ".join(reasons)
+    return True, (f"{len(snapshots)} client process(es) with CPU to spare and event-loop lag p99 under "
+                  f"{LAG_LIMIT_S * 1000:.0f} ms (over the whole run)")
+
+
+def tokens_agree(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
+    """The completion tokens the client counted over the cell's span against the server's
+    generated-token counter, within `TOKEN_LIMIT`."""
+    first = sources[0]
+    names = FLAVOURS[first.flavour].metrics
+    if names.generated is None:
+        return None, f"{first.server} exposes no generated-token counter"
+    server = _total(c.generated_tokens for c in sources)
+    if server is None:
+        return None, (f"the server's generated-token counter ({names.generated}) was missing, or went back "
+                      "during the cell (a restart?)")
+    low, high, estimate, unsure = _client_tokens(df, first.span, names.generated_each_step)
+    return _agree(server, low, high, estimate, unsure, "completion tokens")
+
+
+def requests_agree(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
+    """The requests that ended within the cell's span, counted by the client and by the
+    server's request counter, within `TOKEN_LIMIT`."""
+    first = sources[0]
+    names = FLAVOURS[first.flavour].metrics
+    if names.requests is None:
+        return None, f"{first.server} exposes no request counter"
+    server = _total(c.requests for c in sources)
+    if server is None:
+        return None, f"the server's request counter ({names.requests}) was missing, or went back during the cell"
+    sure, either, ended = _sides(df, first.span, each_step=False)  # requests count when they finish
+    low, unsure = int(sure.sum()), int(either.sum())
+    return _agree(server, low, low + unsure, int(ended.sum()), unsure, "requests")
+
+
+def in_flight_agrees(df: pd.DataFrame, sources: Sequence[ServerCell], interval_s: float | None = None,
+                     in_flight: Callable[[np.ndarray], np.ndarray] | None = None) -> Verdict:
+    """Mean requests in flight at the scrapes taken during the cell: the client's (sent and
+    not yet ended, any cell's; `in_flight` counts them at given instants, made once for every
+    cell by `_in_flight_counter(df)`) against the server's running + queued."""
+    first = sources[0]
+    names = FLAVOURS[first.flavour].metrics
+    if names.running is None:
+        return None, f"{first.server} exposes no running-requests gauge"
+    if not all(c.held for c in sources):
+        every = "" if interval_s is None else (
+            " (--metrics-interval 0 scrapes only at the cells' edges)" if not interval_s
+            else f" (it was shorter than --metrics-interval {interval_s:g} s)")
+        return None, "no scrape during the cell" + every
+    instants = np.array([t for c in sources for t, _ in c.held])
+    client = float((in_flight or _in_flight_counter(df))(instants).mean())
+    server = sum(float(np.mean([held for _, held in c.held])) for c in sources)
+    what = "running + queued" if names.queued else "running"
+    scrapes = len(instants) if len(sources) == 1 else f"{len(instants)} across {len(sources)} workers"
+    shown = f"client {client:.1f}, server {server:.1f} {what} (mean of {scrapes} scrapes during the cell)"
+    if abs(server - client) <= max(IN_FLIGHT_SLACK, IN_FLIGHT_LIMIT * client):
+        return True, f"requests in flight: {shown}"
+    cause = ("the server also serves other clients" if server > client
+             else "requests wait somewhere else (a proxy, a router, the client's connections)")
+    return False, f"client and server disagree on requests in flight: {shown}: {cause}"
+
+
+def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
+    """The client's tok/chunk against each source's accept length, as the server view does."""
+    verdicts = []
+    for source in sources:
+        client = server_figures.client_tok_per_chunk(server_figures.cell_records(df, source.span))
+        who = "" if len(sources) == 1 else f"{source.source}: "
+        if source.accept_length is None:
+            verdicts.append((None, who + _no_accept_length(source)))
+        elif client is None:
+            verdicts.append((None, who + "no successful stream with chunks in the cell"))
+        else:
+            relative = server_figures.divergence(source.accept_length, client)
+            shown = (f"client tok/chunk {client:.2f}, server accept length {source.accept_length:.2f} "
+                     f"by its {source.accept_basis} ({relative * 100:+.1f}%)")
+            if server_figures.diverges(relative, source.accept_tolerance):
+                verdicts.append((False, (f"{who}the client's tok/chunk is not the server's accept length: {shown}, "
+                                         f"beyond {source.accept_tolerance:.0%}: chunks are merged on the way "
+                                         "(a stream interval above 1, or a proxy)")))
+            else:
+                verdicts.append((True, who + shown))
+    failed = [v for v in verdicts if v[0] is False]
+    unmade = [v for v in verdicts if v[0] is None]
+    ok = False if failed else None if unmade else True
+    return ok, "; ".join(detail for _, detail in failed or unmade or verdicts)
+
+
+def littles_law(cell: SteadyCell) -> Verdict:
+    """Over the steady window: mean in flight (L) against arrival rate x mean latency (λW) of the
+    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_LIMIT`."""
+    _name, _group, _origin, sent, end, start, stop = cell
+    picked = steady_requests(sent, start, stop)
+    n, length = int(picked.sum()), stop - start
+    if n < LITTLE_MIN_REQUESTS or length <= 0:
+        return None, f"too few requests in the steady window ({n}; {LITTLE_MIN_REQUESTS} at least)"
+    in_flight = float((np.clip(end, start, stop) - np.clip(sent, start, stop)).sum() / length)
+    rate, latency = n / length, float((end[picked] - sent[picked]).mean())
+    expected = rate * latency
+    relative = in_flight / expected - 1 if expected else math.inf
+    shown = (f"{in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
+             f"= {expected:.1f} ({relative * 100:+.1f}%)")
+    if abs(relative) <= LITTLE_LIMIT:
+        return True, shown
+    return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
+                   "(a queue grew or drained during it)")
+
+
+def cache_state(rows: pd.DataFrame) -> Verdict:
+    """The cell's requests that meant a cache state (`cache_state_table`'s rows of one cell)."""
+    told = rows[rows["n"] > rows["unknown"]]
+    if told.empty:
+        return None, ("the server reported no cached_tokens, so the cache state met is unknown "
+                      "(SGLang: --enable-cache-report)")
+    missed, met = [], []
+    for row in told.itertuples():
+        wrong = row.met_warm if row.cache_intended == "cold" else row.met_cold
+        known = row.n - row.unknown
+        other = "warm" if row.cache_intended == "cold" else "cold"
+        (missed if wrong else met).append(
+            f"{wrong} of {known} {row.cache_intended} requests met a {other} cache" if wrong
+            else f"{known} {row.cache_intended} requests met a {row.cache_intended} cache")
+    if missed:
+        return False, "the cache state was not as intended: " + "; ".join(missed)
+    return True, "; ".join(met)
+
+
+# --- internals -------------------------------------------------------------------------------
+
+def _spans(cell: str, servers: Sequence[ServerCell]) -> list[list[ServerCell]]:
+    """The cell's spans (one per time it ran), each with the sources to compare against: the
+    target's figures, else the workers' (behind a router whose page has none), summed."""
+    by_span: dict[int, list[ServerCell]] = {}
+    for server in servers:
+        if server.span.cell == cell:
+            by_span.setdefault(server.span.index, []).append(server)
+    chosen = []
+    for sources in by_span.values():
+        target = [s for s in sources if s.source == "target"]
+        chosen.append(target or sources)
+    return chosen
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def _in_flight_counter(df: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
+    """A function of instants: how many requests were in flight at each (sent at or before it,
+    not yet ended), by binary search over the sorted send and end times."""
+    sent, end = (np.sort(times) for times in _times(df))
+    return lambda at: np.searchsorted(sent, at, "right") - np.searchsorted(end, at, "right")
+
+
+def _times(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Send and end times of every record; a request that never ended held nothing (end = sent)."""
+    sent = df["sent_at"].to_numpy(dtype=float)
+    end = df["end_at"].to_numpy(dtype=float)
+    return sent, np.where(np.isnan(end), sent, end)
+
+
+def _sides(df: pd.DataFrame, span: server_figures.CellSpan,
+           each_step: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per record: whether the server surely counted it within the span, whether it may have,
+    and whether it ended within the span (as the client saw it).
+
+    A scrape's values are of a moment between when it was asked for and when its page came. A
+    request ended (for the server) a little before the client read its end: by `EDGE_S` at most.
+    So a server that counts a request when it finishes surely counted one that succeeded within
+    the span if it ended before the end scrape was asked for, and was sent after the start scrape
+    came or ended more than `EDGE_S` after it; surely not one that ended before the start scrape
+    was asked for, or more than `EDGE_S` after the end scrape came, or was sent after it. A server
+    that counts tokens as they are made counted all of a request that was sent after the start
+    scrape came and ended before the end scrape was asked for. A failed request may or may not
+    have been counted.
+    """
+    sent, end = _times(df)
+    ok = df["ok"].to_numpy(dtype=bool)
+    a, b = span.started_at, span.ended_at
+    a_asked = span.start_asked_at if span.start_asked_at is not None else a - EDGE_S
+    b_asked = span.end_asked_at if span.end_asked_at is not None else b - EDGE_S
+    sent_after_start = sent >= a
+    out = (end <= a_asked) | (sent >= b)
+    if each_step:
+        sure = ok & sent_after_start & (end <= b_asked)
+    else:
+        sure = ok & (end <= b_asked) & (sent_after_start | (end - EDGE_S > a))
+        out |= end - EDGE_S > b
+    return sure, ~sure & ~out, (end > a) & (end <= b)
+
+
+def _client_tokens(df: pd.DataFrame, span: server_figures.CellSpan,
+                   each_step: bool) -> tuple[float, float, float, int]:
+    """(lowest, highest, best estimate) of the completion tokens the server counted over the
+    span by the client's records (`_sides`), and how many requests could count either way: one
+    of those adds from none to all of its tokens (up to its `max_tokens` if it failed without a
+    count). The estimate counts what ended within the span, or for a server that counts tokens
+    as they are made, the tokens made within it, spread evenly from each request's first token
+    to its end."""
+    sure, either, ended = _sides(df, span, each_step)
+    ok = df["ok"].to_numpy(dtype=bool)
+    comp = df["completion_tokens"].to_numpy(dtype=float)
+    most = np.where(np.isnan(comp), df["max_tokens"].to_numpy(dtype=float), comp)
+    most = np.where(np.isnan(most), np.inf, most)  # a failed request of unknown length: unbounded
+    low = float(np.nansum(comp[sure]))
+    if each_step:
+        sent, end = _times(df)
+        first = df["first_token_at"].to_numpy(dtype=float)
+        first = np.where(np.isnan(first), sent, first)
+        made = np.clip((np.minimum(end, span.ended_at) - np.maximum(first, span.started_at))
+                       / np.maximum(end - first, 1e-9), 0.0, 1.0)
+        estimate = low + float(np.nansum((comp * made)[ok & either]))
+    else:
+        estimate = float(np.nansum(comp[ok & ended]))
+    return low, low + float(most[either].sum()), estimate, int(either.sum())
+
+
+def _agree(server: float, low: float, high: float, estimate: float, unsure: int, what: str) -> Verdict:
+    """Whether the server's count falls within the client's range, `TOKEN_LIMIT` either side."""
+    counted = (f"client counted {estimate:,.0f} {what}" if unsure == 0 or high == low else
+               f"client counted {estimate:,.0f} {what} ({low:,.0f} to {_count(high)}: {unsure} request(s) at the "
+               "cell's edges or failed could count either way)")
+    if low * (1 - TOKEN_LIMIT) <= server <= high * (1 + TOKEN_LIMIT):
+        return True, f"{counted}, server {server:,.0f}"
+    nearest = low if server < low else high
+    off = f"{(server / nearest - 1) * 100:+.1f}%" if nearest else "none counted by the client"
+    more = "" if server < low else ": the server counted more (other clients, or this run's unmeasured requests)"
+    return False, f"client and server disagree: {counted}, server {server:,.0f} ({off}){more}"
+
+
+def _count(value: float) -> str:
+    return "unbounded" if math.isinf(value) else f"{value:,.0f}"
+
+
+def _no_accept_length(source: ServerCell) -> str:
+    names = FLAVOURS[source.flavour].metrics
+    if not names.accept_counters and not names.accept_gauge:
+        return f"{source.server} exposes no accept length"
+    if names.accept_counters and not names.accept_gauge:
+        return "the server counted no speculative draft during the cell (no draft model?)"
+    return ("the server's accept-length gauge did not change during the cell (it is set once per logging "
+            "interval of decode batches)")
+

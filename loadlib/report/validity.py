@@ -1,0 +1,100 @@
+"""The validity block: every check of every measured cell (`loadlib.figures.validity`) as one
+section, the summary's last.
+
+Its data holds every check, passed or not (`tables.validity` in `--json`, one row per cell and
+check, in the CSV); people read the checks that failed or could not be made, each in words, one
+line for a check that went the same way in several cells, under a title that counts them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import orjson
+import pandas as pd
+
+from loadlib.figures.free_running import SteadyCell
+from loadlib.figures.validity import CHECKS, Check, server_absence, validity_checks
+from loadlib.records import RECORDS_FILE, records_frame
+from loadlib.report.document import Section
+from loadlib.truth import server_figures
+from loadlib.truth.scrape import read_scrapes
+
+COLUMNS = ["cell", "name", "ok", "detail"]
+WHAT = ("per cell: client headroom; completion tokens, requests and requests in flight, client against server; "
+        "accept length against tok/chunk; Little's law in free-running cells; cache state where a cell meant one")
+
+
+def run_checks(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
+               steady_cells: Iterable[SteadyCell] = ()) -> list[Check]:
+    """Every check of the run whose records, manifest and directory (its scrapes, its unmeasured
+    requests) are given."""
+    scrapes = list(read_scrapes(run_dir, server_figures.NAMES_READ)) if run_dir is not None else []
+    return validity_checks(records, manifest, server_figures.server_cells(scrapes),
+                           server_absence(manifest, scrapes), steady_cells, unmeasured_frame(run_dir))
+
+
+def unmeasured_frame(run_dir: Path | None) -> pd.DataFrame | None:
+    """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
+    measured so that it keeps them; None without any. A journal holds few: their lines are picked
+    before they are parsed."""
+    path = None if run_dir is None else Path(run_dir) / RECORDS_FILE
+    if path is None or not path.is_file():
+        return None
+    picked = []
+    with open(path, "rb") as journal:
+        for line in journal:
+            if b'"measured":false' in line or b'"measured": false' in line:
+                try:
+                    picked.append({**orjson.loads(line), "measured": True})
+                except orjson.JSONDecodeError:  # a torn last line: the reader of the records warns
+                    continue
+    return records_frame(picked) if picked else None
+
+
+def validity_section(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
+                     steady_cells: Iterable[SteadyCell] = ()) -> Section:
+    return checks_section(run_checks(run_dir, records, manifest, steady_cells))
+
+
+def checks_section(checks: Sequence[Check]) -> Section:
+    data = pd.DataFrame([asdict(c) for c in checks], columns=COLUMNS).astype({"ok": object})
+    failed = sum(c.ok is False for c in checks)
+    unmade = sum(c.ok is None for c in checks)
+    if not checks:
+        verdict = "Validity: no measured cell to judge"
+    elif failed:
+        verdict = f"VALIDITY: {failed} of {len(checks)} checks failed" + (
+            f", {unmade} could not be made" if unmade else "")
+    elif unmade:
+        verdict = f"Validity: no check failed; {unmade} of {len(checks)} could not be made"
+    else:
+        verdict = f"Validity: all {len(checks)} checks passed in every cell; none failed or could not be made"
+    return Section("validity", f"{verdict} ({WHAT})", data,
+                   pd.DataFrame({"failed or not made": findings(checks)}), keys=("cell", "name"),
+                   left=("failed or not made",))
+
+
+def findings(checks: Sequence[Check]) -> list[str]:
+    """The checks that failed, then those that could not be made, in words: "c4-different: client
+    and server disagree: ...", "every cell: requests (client against server) not checked: ...";
+    a check that went the same way in every cell is one line, and so is one not made in several."""
+    cells = list(dict.fromkeys(c.cell for c in checks))
+    grouped: dict[tuple[str, bool | None, str], list[str]] = {}
+    for check in checks:
+        if check.ok is not True:
+            grouped.setdefault((check.name, check.ok, check.detail), []).append(check.cell)
+    lines = []
+    for wanted in (False, None):
+        for (name, ok, detail), where in grouped.items():
+            if ok is not wanted:
+                continue
+            if len(cells) > 1 and set(where) == set(cells):
+                labels = ["every cell"]
+            else:  # a failure flags each cell; a check not made names its cells at once
+                labels = list(dict.fromkeys(where)) if ok is False else [", ".join(dict.fromkeys(where))]
+            lines += [f"{label}: {detail}" if ok is False else f"{label}: {CHECKS[name]} not checked: {detail}"
+                      for label in labels]
+    return lines
