@@ -7,15 +7,19 @@ from __future__ import annotations
 from analysis import locust_csv
 from analysis.rundir import Run
 from loadlib.figures.goodput import goodput_slo
+from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.validity import judged, run_checks
 
 
 def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
     """The run's document. Goodput targets not given come from the run's profile (see `goodput_slo`)."""
     data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
+    if judged(run.path, run.manifest):
+        found["validity"] = validity_summary(run_checks(run.path, run.records, run.manifest, data.steady_cells))
     sections = build_sections(data, report=True)
     if run.locust is not None:
         sections += locust_csv.sections(run.locust)

@@ -319,3 +319,12 @@ def test_a_server_counting_fewer_tokens_than_it_streams_fails_the_token_check_of
     assert "c2-same: client and server disagree: client counted 2,048 completion tokens, server 1,844 (-10.0%)" \
         in summary
     assert summary in stdout
+
+
+@pytest.mark.processes
+def test_report_json_says_at_its_top_whether_every_check_held(runs):
+    run_dir, _stdout = runs["count_skew"]
+    report = report_json(run_dir)
+    assert report["validity"]["ok"] is False  # the token checks failed
+    assert report["validity"]["checks"] == report["tables"]["validity"]
+    assert {"cell", "name", "ok", "detail"} <= set(report["validity"]["checks"][0])

@@ -54,6 +54,11 @@ def unmeasured_frame(run_dir: Path | None) -> pd.DataFrame | None:
     return records_frame(picked) if picked else None
 
 
+def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:
+    """Whether a run can be judged: it has a directory and a watch of its server or its client."""
+    return run_dir is not None and bool({"server", "client_watch"} & set(manifest))
+
+
 def validity_section(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
                      steady_cells: Iterable[SteadyCell] = ()) -> Section:
     return checks_section(run_checks(run_dir, records, manifest, steady_cells))
