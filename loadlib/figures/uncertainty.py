@@ -61,20 +61,25 @@ def percentile_interval(values: Iterable[float], q: float, level: float = LEVEL)
     """(low, high): the `level` confidence interval of the q-quantile of `values` (NaN left out),
     from `rank_interval`; -inf or inf where the samples give no bound on that side, NaN for no
     samples."""
-    return _interval(_sorted(values), q, level)
+    return _intervals(_samples(values), [q], level)[0]
 
 
-def _sorted(values: Iterable[float]) -> np.ndarray:
-    data = np.sort(np.asarray(values, dtype="float64"))
-    return data[:len(data) - int(np.count_nonzero(np.isnan(data)))]  # NaN sorts last
+def _samples(values: Iterable[float]) -> np.ndarray:
+    data = np.asarray(values, dtype="float64")
+    return data[~np.isnan(data)]
 
 
-def _interval(data: np.ndarray, q: float, level: float) -> tuple[float, float]:
-    if not data.size:
-        return math.nan, math.nan
-    lower, upper = rank_interval(int(data.size), q, level)
-    return (float(data[lower - 1]) if lower >= 1 else -math.inf,
-            float(data[upper - 1]) if upper <= data.size else math.inf)
+def _intervals(data: np.ndarray, quantiles: list[float], level: float) -> list[tuple[float, float]]:
+    """Each quantile's interval: only the order statistics it needs are put in place
+    (`np.partition`, linear), not the whole sample sorted."""
+    n = int(data.size)
+    if not n:
+        return [(math.nan, math.nan)] * len(quantiles)
+    ranks = [rank_interval(n, q, level) for q in quantiles]
+    needed = sorted({r - 1 for pair in ranks for r in pair if 1 <= r <= n})
+    placed = np.partition(data, needed) if needed else data
+    return [(float(placed[lower - 1]) if lower >= 1 else -math.inf,
+             float(placed[upper - 1]) if upper <= n else math.inf) for lower, upper in ranks]
 
 
 def samples_needed(q: float) -> int:
@@ -95,12 +100,12 @@ def percentile_uncertainty(values: Iterable[float], quantiles: Iterable[float], 
     """For one sample, per quantile: `{prefix}p90_ci_low`, `{prefix}p90_ci_high`
     (`percentile_interval`) and `{prefix}p90_enough` (`enough_samples`), in that order of
     columns for all quantiles."""
-    data = _sorted(values)
+    data, quantiles = _samples(values), list(quantiles)
     columns: dict[str, float | bool] = {}
     enough: dict[str, float | bool] = {}
-    for q in quantiles:
+    for q, interval in zip(quantiles, _intervals(data, quantiles, level)):
         name = prefix + percentile_name(q)
-        columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = _interval(data, q, level)
+        columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = interval
         enough[f"{name}_enough"] = enough_samples(int(data.size), q)
     return {**columns, **enough}
 
