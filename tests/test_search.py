@@ -1,6 +1,6 @@
 """The capacity search's judging and stepping (loadlib.modes.search), without Locust: a level's verdict
-from its requests and their bootstrap range, and the levels a search tries against a server of
-known capacity."""
+from its requests and their bootstrap range, the levels a search tries against a server of
+known capacity, and what its section says (loadlib.report.search)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlib.modes.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge, level_seed
+from loadlib.figures.capacity import LEVEL_COLUMNS, level_seed
+from loadlib.modes.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge
 from loadlib.profiles import Slo
+from loadlib.report.search import search_section
 
 TTFT_P90 = Slo(ttft_s=0.1, ttft_p=90)
 
@@ -91,6 +93,13 @@ def test_a_first_level_that_does_not_hold_ends_the_search_with_no_capacity():
     assert search.best is None and "start lower" in search.stopped
 
 
+def test_when_one_user_does_not_hold_the_search_says_there_is_no_lower_level_to_try():
+    search = Search("users", 1, top=8)
+    assert run_search(search, capacity=0) == ["search-u1"]
+    assert search.best is None and "start lower" not in search.stopped
+    assert "none lower" in search.stopped and "loosen the SLO" in search.stopped
+
+
 def test_a_close_level_runs_again_and_still_close_counts_as_not_held():
     search = Search("users", 1, top=8, repeats=1)
     cells = run_search(search, capacity=8, close=(4,))
@@ -114,3 +123,64 @@ def test_level_cells_name_the_variable_and_the_run():
     assert cell_name("users", 4) == "search-u4"
     assert cell_name("rate", 12.5) == "search-12.5rps"
     assert cell_name("rate", 12, 2) == "search-12rps-r2"
+
+
+def searched(levels: list[tuple[float, str, float]], variable: str = "users") -> dict:
+    """A manifest whose search tried `levels` (value, verdict, share of single-request resamples)."""
+    search = Search(variable, levels[0][0], top=64)
+    for value, name, share in levels:
+        step = search.next_step()
+        assert step is not None and step.value == value
+        search.record(step, Judgement(40, 0, 90, 0.1, 0.08, 0.12, 90, 30, 25, 35, None, None, None, share, name))
+    search.next_step()  # says why it stopped, if it did
+    return {"search": search.result(Slo(ttft_s=0.1, ttft_p=90))}
+
+
+def levels_table(rows: list[dict], users: bool = True) -> pd.DataFrame:
+    """`capacity.level_table` rows: the moving-block share, delivered req/s (x), mean latency (w) and
+    Little's law with its `gap`."""
+    table = []
+    for row in rows:
+        expected = row["x"] * row["w"]
+        held = expected / (1 + row["gap"])  # the users, or the mean in flight measured
+        table.append({"value": row["value"], "n": 40, "block": 3, "resamples": 1000, "pass_share_blocks": row["blocks"],
+                      "window_s": 10.0, "delivered_rps": row["x"], "throughput_rps": row["x"], "latency_s": row["w"],
+                      "in_flight": held, "little_in_flight": held, "little_rate_rps": row["x"],
+                      "little_expected_in_flight": expected, "little_gap": row["gap"],
+                      "little_holds": abs(row["gap"]) <= 0.1})
+    return pd.DataFrame(table, columns=LEVEL_COLUMNS)
+
+
+def test_the_section_says_where_the_search_holds_and_breaks_with_resample_shares_and_requests_per_second():
+    manifest = searched([(1, HELD, 1.0), (2, HELD, 0.99), (4, BROKE, 0.0), (3, BROKE, 0.05)])
+    levels = levels_table([{"value": 1, "x": 2.0, "w": 0.5, "gap": 0.0, "blocks": 1.0},
+                           {"value": 2, "x": 4.0, "w": 0.5, "gap": 0.01, "blocks": 0.97},
+                           {"value": 4, "x": 4.6, "w": 0.87, "gap": -0.02, "blocks": 0.0},
+                           {"value": 3, "x": 4.5, "w": 0.567, "gap": -0.15, "blocks": 0.04}])
+    section = search_section(manifest, levels)
+    assert section.title.startswith("Capacity search over closed-loop users: holds at 2 users, 4.00 req/s delivered "
+                                    "(SLO met in 97% of resamples), breaks at 3 users, 4.50 req/s delivered "
+                                    "(SLO met in 4% of resamples); Little's law: ok at 2 users; at 3 users 4.50 req/s "
+                                    "x 0.567 s = 2.55 in flight, 15% fewer than its 3 users (the streams sat idle")
+    assert "bracketed: 2 users held, 3 users did not" in section.title
+    view = section.view.set_index("users")
+    assert view.loc["2", "delivered req/s"] == "4.00" and view.loc["2", "in blocks"] == "97%"
+    assert view.loc["2", "SLO met in"] == "99%" and view.loc["2", "Little"] == "ok"
+    assert view.loc["3", "Little"] == "-15%"
+    data = section.data.set_index("value")  # what JSON and CSV carry
+    assert data.loc[3, "pass_share_blocks"] == 0.04 and data.loc[3, "delivered_rps"] == 4.5
+    assert data.loc[3, "little_gap"] == -0.15 and not data.loc[3, "little_holds"] and data.loc[2, "pass_share"] == 0.99
+
+
+def test_a_rate_search_reads_in_offered_and_delivered_requests_per_second_and_says_when_nothing_broke():
+    manifest = searched([(2, HELD, 1.0), (4, HELD, 0.95)], variable="rate")
+    manifest["search"]["bracket"] = [4, None]
+    levels = levels_table([{"value": 2, "x": 2.0, "w": 0.2, "gap": 0.0, "blocks": 1.0},
+                           {"value": 4, "x": 3.9, "w": 0.3, "gap": 0.0, "blocks": 0.93}])
+    title = search_section(manifest, levels).title
+    assert ("over the open-loop rate: holds at 4 req/s offered, 3.90 req/s delivered (SLO met in 93% of resamples), "
+            "no level broke; Little's law: ok at 4 req/s (") in title
+
+
+def test_no_search_in_the_manifest_is_an_empty_section():
+    assert search_section({}, pd.DataFrame(columns=LEVEL_COLUMNS)).data.empty

@@ -1,6 +1,7 @@
 """The capacity search through real headless Locust against the time-scaled simulator with two
 running requests at most: a third stream queues, so an SLO on TTFT that queueing breaks puts the
-capacity at 2 streams; the result reaches the manifest, the summary, the report and its plot."""
+capacity at 2 streams; the result, with its moving-block resample shares, the requests/s delivered
+and Little's law, reaches the manifest, the summary, the report and its plot."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ max_tokens = 768
 [load]
 mode = "search"
 variable = "users"
-duration_s = 3
-warmup_s = 0.5
+duration_s = 2
+warmup_s = 0.3
 jitter_s = 0.1
 [scenarios.distinct-issues]
 [slo]
@@ -46,7 +47,8 @@ def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(tmp_path, 
         args = ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
                 "--master-port", port]
     result, df = run_profile(tmp_path, USERS_SEARCH, 8, *args, sim=QUEUEING_SIM)
-    search = report_json(tmp_path / "run")["search"]
+    report = report_json(tmp_path / "run")
+    search = report["search"]
     assert search["variable"] == "users" and search["best"] == 2 and search["bracket"] == [2, 3]
     levels = {level["value"]: level for level in search["levels"]}
     assert list(levels) == [1, 2, 4, 3]  # doubling until the SLO broke, then the bisection
@@ -59,7 +61,17 @@ def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(tmp_path, 
     assert measured.groupby("cell")["slot"].nunique().to_dict() == {f"search-u{n}": n for n in (1, 2, 3, 4)}
     if processes > 1:
         assert set(measured["worker"]) == {0, 1}
-    assert "Capacity search over closed-loop users: best 2 users" in result.stdout
+    table = {row["value"]: row for row in report["tables"]["search"]}  # the report's figures per level
+    assert table[2]["pass_share_blocks"] >= 0.9 >= 0.1 >= table[3]["pass_share_blocks"]
+    assert table[2]["block"] == round(levels[2]["n"] ** (1 / 3))
+    for value, row in table.items():  # closed loop: Little's law weighs the level's users
+        assert row["delivered_rps"] == pytest.approx(levels[value]["n"] / 2, rel=0.35)
+        assert row["little_in_flight"] == value and row["little_gap"] == pytest.approx(
+            row["little_rate_rps"] * row["latency_s"] / value - 1)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("Capacity search"))
+    assert line.startswith("Capacity search over closed-loop users: holds at 2 users, "
+                           f"{table[2]['delivered_rps']:.2f} req/s delivered (SLO met in ")
+    assert f"breaks at 3 users, {table[3]['delivered_rps']:.2f} req/s delivered" in line and "Little's law: " in line
 
 
 RATE_SEARCH = """
@@ -68,11 +80,11 @@ max_tokens = 256
 [load]
 mode = "search"
 variable = "rate"
-start = 4
+start = 8
 max_rate = 64
 precision = 0.25
-duration_s = 3
-warmup_s = 0.5
+duration_s = 2
+warmup_s = 0.3
 [scenarios.distinct-issues]
 [slo]
 ttft_s = 0.15
@@ -86,17 +98,22 @@ decode_p = 90
 def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(tmp_path):
     """Open loop: at 32 req/s the queue grows without bound, at 8 it does not."""
     result, df = run_profile(tmp_path, RATE_SEARCH, 32, sim=QUEUEING_SIM)
-    search = report_json(tmp_path / "run")["search"]
+    report = report_json(tmp_path / "run")
+    search = report["search"]
     levels = {level["value"]: level for level in search["levels"]}
-    assert list(levels)[:4] == [4, 8, 16, 32] or list(levels)[:3] == [4, 8, 16]
-    assert levels[4]["verdict"] == levels[8]["verdict"] == "held" and levels[32 if 32 in levels else 16]["verdict"] != "held"
+    assert list(levels)[:3] == [8, 16, 32] or list(levels)[:2] == [8, 16]
+    assert levels[8]["verdict"] == "held" and levels[32 if 32 in levels else 16]["verdict"] != "held"
     good, bad = search["bracket"]
     assert 8 <= good < bad <= 32 and bad - good <= 0.25 * good
     measured = df[df["measured"]]
     for level in levels.values():  # each level's arrivals at its rate
         cell = measured[measured["cell"] == level["cell"]]
-        assert len(cell) == pytest.approx(level["value"] * 3, abs=1)
-    assert f"best {good:g} req/s" in result.stdout
+        assert len(cell) == pytest.approx(level["value"] * 2, abs=1)
+    table = {row["value"]: row for row in report["tables"]["search"]}
+    assert table[8]["little_holds"] and table[8]["delivered_rps"] == pytest.approx(8, rel=0.15)
+    if 32 in table:  # the arrivals outran the server: 32 req/s x the latency is far above the mean in flight
+        assert table[32]["little_gap"] > 0.1 and not table[32]["little_holds"] and table[32]["delivered_rps"] < 28
+    assert f"holds at {good:g} req/s offered, {table[good]['delivered_rps']:.2f} req/s delivered" in result.stdout
     plots = subprocess.run([sys.executable, "-m", "analysis", "plot", str(tmp_path / "run"), "--out",
                             str(tmp_path / "plots")], capture_output=True, text=True, check=True)
     assert "search_run.png" in plots.stdout and (tmp_path / "plots" / "search_run.png").stat().st_size > 10_000

@@ -11,9 +11,10 @@ an answer that came in one read, with no decode rate, is judged on its TTFT, as 
 goodput is). A percentile from a few dozen requests is noisy, so each figure comes with its
 uncertainty: the level's requests are resampled with replacement (`BOOTSTRAP` times, seeded by
 the level's cells so a recomputation agrees), and `pass_share` is the share of resamples in which
-every criterion holds. The level `held` when that share is at least `CONFIDENCE`, `broke` when it
-is at most 1 - `CONFIDENCE`, and is `close` otherwise; a level where the server failed a request
-`failed`.
+every criterion holds (the statistics and the rule are `loadlib.figures.capacity`'s, which the
+report also uses for its moving-block resamples in send order). The level `held` when that share
+is at least `CONFIDENCE`, `broke` when it is at most 1 - `CONFIDENCE`, and is `close` otherwise; a
+level where the server failed a request `failed`.
 
 The search climbs from `start` by `step` until a level does not hold, then bisects between the
 last level that held and the first that did not, until they are adjacent (users) or within
@@ -25,8 +26,6 @@ pretend precision. A level that held at the top (-u, `max_rate`) ends the search
 from __future__ import annotations
 
 import math
-import warnings
-import zlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,16 +33,15 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
+from loadlib.figures.capacity import RESAMPLES, Criteria, quantiles, resampled_statistics, slo_holds, slo_statistics
 from loadlib.scenarios.base import level_cell_name
 
 if TYPE_CHECKING:
     from loadlib.profiles import Slo
 
-BOOTSTRAP = 1000  # resamples of a level's requests
+BOOTSTRAP = RESAMPLES  # resamples of a level's requests
 CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
 INTERVAL = (0.05, 0.95)  # the figures' uncertainty: this range of their bootstrap distribution
-DEFAULT_P = 90.0  # the percentile shown for a figure the SLO does not judge
-RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the bootstrap goes in chunks beyond)
 HELD, BROKE, CLOSE, FAILED = "held", "broke", "close", "failed"
 
 
@@ -75,12 +73,12 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
     ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)
     decode = np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan)
     meets = formulas.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
-    ttft_q = (slo.ttft_p or DEFAULT_P) / 100
-    decode_q = 1 - (slo.decode_p or DEFAULT_P) / 100
+    criteria = Criteria.of(slo)
+    ttft_q, decode_q = quantiles(criteria)
     n = len(frame)
-    point = _statistics(ttft[None, :], decode[None, :], meets[None, :], ttft_q, decode_q)
-    boot = _bootstrap(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
-    passed = _passes(boot, slo)
+    point = slo_statistics(ttft[None, :], decode[None, :], meets[None, :], ttft_q, decode_q)
+    boot = resampled_statistics(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
+    passed = slo_holds(boot, criteria)
     pass_share = float(passed.mean()) if n else 0.0
     failed = int((~ok).sum())
     if failed:
@@ -105,48 +103,8 @@ def _figure(point: float, resampled: np.ndarray) -> tuple[float | None, float | 
     return _finite(point), _finite(low), _finite(high)
 
 
-def _statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
-                decode_q: float) -> np.ndarray:
-    """Per row of resampled requests: TTFT percentile, decode tail percentile, goodput share
-    (rows x 3, transposed to 3 x rows); NaN where a row has no value to take it from."""
-    with warnings.catch_warnings():  # an all-NaN row (failures only) warns; NaN is its answer
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.vstack([np.nanquantile(ttft, ttft_q, axis=1), np.nanquantile(decode, decode_q, axis=1),
-                          meets.mean(axis=1)])
-
-
-def _bootstrap(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
-               seed: int) -> np.ndarray:
-    """The statistics of `BOOTSTRAP` resamples (3 x BOOTSTRAP), in chunks of bounded memory."""
-    rng = np.random.default_rng(seed)
-    n = len(ttft)
-    chunk = max(RESAMPLE_CELLS // n, 1)
-    parts = []
-    for begin in range(0, BOOTSTRAP, chunk):
-        index = rng.integers(0, n, (min(chunk, BOOTSTRAP - begin), n))
-        parts.append(_statistics(ttft[index], decode[index], meets[index], ttft_q, decode_q))
-    return np.hstack(parts)
-
-
-def _passes(stats: np.ndarray, slo: Slo) -> np.ndarray:
-    """Per resample: every criterion the SLO sets holds (a missing figure does not hold)."""
-    passed = np.ones(stats.shape[1], dtype=bool)
-    if slo.ttft_p is not None:
-        passed &= stats[0] <= slo.ttft_s
-    if slo.decode_p is not None:
-        passed &= stats[1] >= slo.decode_tps
-    if slo.goodput is not None:
-        passed &= stats[2] >= slo.goodput
-    return passed
-
-
 def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
-
-
-def level_seed(cells: tuple[str, ...]) -> int:
-    """The bootstrap's seed for a level: from its cells, so the same records give the same range."""
-    return zlib.crc32(",".join(cells).encode())
 
 
 # --- the search ----------------------------------------------------------------------------------
@@ -241,7 +199,10 @@ class Search:
             assert good is not None  # every level so far held
             return min(self._up(good), self.top)
         if good is None:
-            self.stopped = f"the first level ({self._text(bad)}) did not hold: start lower"
+            self.stopped = (f"the first level ({self._text(bad)}) did not hold: start lower"
+                            if self.variable == "rate" or bad > 1 else
+                            "the first level (1 user) did not hold and there is none lower: this workload misses "
+                            "the SLO even alone on the server (loosen the SLO)")
             return None
         middle = self._middle(good, bad)
         if middle is None:

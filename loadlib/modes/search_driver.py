@@ -19,7 +19,8 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Va
 
 from loadlib.modes.arrivals import ArrivalSlots
 from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase
-from loadlib.modes.search import Search, judge, level_seed
+from loadlib.figures.capacity import level_seed
+from loadlib.modes.search import Search, judge
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
 from loadlib.records import records_frame
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios

@@ -17,12 +17,14 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables, scenario_tables
+from loadlib.figures.capacity import level_table
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
 from loadlib.report import protocol as summary
 from loadlib.report import sections, server_view
 from loadlib.report.document import Section
 from loadlib.report.lost_workers import lost_workers_section
 from loadlib.report.validity import validity_section
+from loadlib.report.search import search_section
 from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
 
 
@@ -77,7 +79,7 @@ def _prefill(run: RunData) -> Section:
 
 
 CONTENTS: list[Entry] = [
-    Entry(lambda run: sections.search_section(run.manifest)),
+    Entry(lambda run: search_section(run.manifest, level_table(run.df, run.manifest.get("search")))),
     Entry(lambda run: summary.protocol_sections(run.tables), when=_ran_protocol),
     Entry(lambda run: sections.steady_state(run.steady, run.slo)),
     Entry(lambda run: sections.streams_held(free_running.streams_held(run.steady, run.df))),

@@ -1,4 +1,4 @@
-"""The summary's tables beyond the protocol's: the capacity search's levels, steady state of
+"""The summary's tables beyond the protocol's (the capacity search's is `loadlib.report.search`): steady state of
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
 and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
 
@@ -18,80 +18,11 @@ import pandas as pd
 from loadlib.figures import free_running, uncertainty
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.goodput import GoodputSlo
-from loadlib.modes import search
 from loadlib.report import text
 from loadlib.report.document import Section
 
 WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s", "loop_lag_p99_s",
                  "loop_lag_max_s", "samples", "reasons"]
-
-
-SEARCH_COLUMNS = ["value", "cells", "n", "failed", "ttft_p", "ttft_s", "ttft_low", "ttft_high", "decode_p",
-                  "decode_tps", "decode_low", "decode_high", "goodput", "goodput_low", "goodput_high", "pass_share",
-                  "verdict"]
-
-
-def search_section(manifest: Mapping[str, Any]) -> Section:
-    """The capacity search (`loadlib.modes.search`) as the run's manifest kept it: the best level and
-    why the search stopped in the title, every level in the order tried with its SLO figures,
-    their bootstrap ranges, the share of resamples that met the SLO, and its verdict."""
-    result = manifest.get("search") or {}
-    table = pd.DataFrame(result.get("levels") or [], columns=SEARCH_COLUMNS)
-    if table.empty:
-        return Section("search", "", table, pd.DataFrame(), optional=True)
-    users = result["variable"] == "users"
-    ttft_p, decode_p = table["ttft_p"].iloc[0], table["decode_p"].iloc[0]
-    return Section(
-        "search", search_title(result), table.assign(cells=[",".join(cells) for cells in table["cells"]]),
-        pd.DataFrame({
-            "users" if users else "req/s": [f"{value:g}" for value in table["value"]],
-            "cells": [", ".join(cells) for cells in table["cells"]],
-            "n": text.column(table["n"], 0), "failed": text.column(table["failed"], 0),
-            f"TTFT p{ttft_p:g} s": _ranged(table["ttft_s"], table["ttft_low"], table["ttft_high"], 3),
-            f"decode p{100 - decode_p:g} t/s": _ranged(table["decode_tps"], table["decode_low"],
-                                                       table["decode_high"], 0),
-            "goodput": [text.MISSING if pd.isna(v) else f"{text.percent(v)} ({text.percent(lo)}–{text.percent(hi)})"
-                        for v, lo, hi in zip(table["goodput"], table["goodput_low"], table["goodput_high"])],
-            "SLO met in": [text.percent(v) for v in table["pass_share"]],
-            "verdict": table["verdict"].astype(str),
-        }), keys=("value",), left=("cells", "verdict"), optional=True)
-
-
-def search_title(result: Mapping[str, Any]) -> str:
-    """The search's headline: what it found, against which SLO, why it stopped, and how a level
-    was judged."""
-    users = result["variable"] == "users"
-    unit = (lambda v: f"{v:g} user{'s' if v != 1 else ''}") if users else (lambda v: f"{v:g} req/s")
-    best = unit(result["best"]) if result.get("best") is not None else "none (no level held)"
-    close = result.get("too_close") or []
-    note = f"; too close to call after every run: {', '.join(unit(v) for v in close)}" if close else ""
-    return (f"Capacity search over {'closed-loop users' if users else 'the open-loop rate'}: best {best} "
-            f"(SLO {slo_text(result.get('slo') or {})}); {result.get('stopped') or 'not finished'}{note}. "
-            f"Each level judged on its requests: range = {search.INTERVAL[0]:.0%}-{search.INTERVAL[1]:.0%} of "
-            f"{search.BOOTSTRAP} bootstrap resamples, 'SLO met in' = share of resamples meeting every criterion "
-            f"(held at >= {search.CONFIDENCE:.0%}, broke at <= {1 - search.CONFIDENCE:.0%}, close between; "
-            "failed: the server failed requests)")
-
-
-def slo_text(slo: Mapping[str, Any]) -> str:
-    """The search's criteria in words: "TTFT p90 <= 0.1 s; 90% decode >= 20 t/s; goodput >= 95%"."""
-    parts = []
-    if slo.get("ttft_p") is not None:
-        parts.append(f"TTFT p{slo['ttft_p']:g} <= {slo['ttft_s']:g} s")
-    if slo.get("decode_p") is not None:
-        parts.append(f"{slo['decode_p']:g}% of requests decode >= {slo['decode_tps']:g} t/s")
-    if slo.get("goodput") is not None:
-        targets = " and ".join(t for t in (f"TTFT <= {slo['ttft_s']:g} s" if slo.get("ttft_s") else "",
-                                           f"decode >= {slo['decode_tps']:g} t/s" if slo.get("decode_tps") else "")
-                               if t)
-        parts.append(f"{slo['goodput']:.0%} of requests meet {targets}")
-    return "; ".join(parts)
-
-
-def _ranged(values: pd.Series, lows: pd.Series, highs: pd.Series, digits: int) -> list[str]:
-    """A figure with its range: "0.062 (0.030–0.097)"."""
-    return [text.MISSING if pd.isna(v) else f"{text.num(v, digits)} ({text.num(lo, digits)}–{text.num(hi, digits)})"
-            for v, lo, hi in zip(values, lows, highs)]
 
 
 def steady_state(table: pd.DataFrame, slo: GoodputSlo) -> Section:

@@ -1,0 +1,280 @@
+"""Capacity with its uncertainty: how sure a capacity search's level is of its SLO, what it
+delivered, and whether its figures agree with Little's law.
+
+A capacity search (`loadlib.modes.search`) judges each level by the criteria of the profile's
+`[slo]` (`Criteria`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of requests
+decoding at least `decode_tps` (the (100 - `decode_p`)th percentile of per-request decode);
+`goodput`: that share of requests meeting both targets (`formulas.meets_slo`). A level's
+requests are resampled, and the share of resamples in which every criterion holds
+(`slo_statistics`, `slo_holds`) says how sure the level is: the search judges with resamples of
+single requests (`block=1`), cheap and live; the report adds a moving-block bootstrap
+(`slo_met_share`): resamples made of blocks of `block_length(n)` consecutive requests in send
+order, so that a slow spell (a queue that built up for a while) stays together and counts for
+what it is: one spell, not independent requests. Both are seeded by the level's cells
+(`level_seed`), so a recomputation agrees.
+
+What a level delivered (`level_flow`), over the steady window of each of its cells
+(`free_running.steady_window`): the successful requests that ended within it per second, the mean
+latency of the requests sent within it (`free_running.steady_requests`, the selection every
+steady-state figure uses) and the mean requests in flight. And Little's law there (`littles_law`),
+L = lambda x W, checked against what the level set: a closed loop of N users holds L = N streams,
+so its throughput times its mean latency should come to N (short of it, the streams sat idle
+between requests: the client, not the server, may have set the pace); an open loop offers
+lambda requests/s, so lambda times the mean latency should come to the mean in flight measured
+(above it, the requests ended more slowly than they arrived: a queue building up, not a steady
+level). `LITTLE_TOLERANCE` is the agreement asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from loadlib.figures.formulas import meets_slo
+from loadlib.figures.free_running import steady_requests, steady_window
+
+RESAMPLES = 1000  # resamples of a level's requests
+RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the resampling goes in chunks beyond)
+LITTLE_TOLERANCE = 0.10  # in flight and throughput x latency agree within this share
+DEFAULT_P = 90.0  # the percentile taken of a figure the SLO does not judge
+
+CRITERIA = ("ttft_s", "decode_tps", "ttft_p", "decode_p", "goodput")
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """A search's SLO criteria (`loadlib.profiles.Slo`, or the dict the manifest keeps of it); a
+    percentile or share of None is not judged."""
+
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    ttft_p: float | None = None
+    decode_p: float | None = None
+    goodput: float | None = None
+
+    @classmethod
+    def of(cls, slo: Mapping[str, Any] | Any) -> "Criteria":
+        if isinstance(slo, Mapping):
+            return cls(**{key: slo.get(key) for key in CRITERIA})
+        return cls(**{key: getattr(slo, key, None) for key in CRITERIA})
+
+
+def level_seed(cells: Iterable[str]) -> int:
+    """The resampling's seed for a level: from its cells, so the same records give the same answer."""
+    return zlib.crc32(",".join(cells).encode())
+
+
+def block_length(n: int) -> int:
+    """The moving-block bootstrap's block: n^(1/3) requests, rounded (at least 1), the order of
+    block length Hall, Horowitz and Jing (1995) find best for a bootstrap estimate of variance. A
+    plain rule, not fitted to a level's own autocorrelation: blocks grow with the level (7 requests
+    of 400, 14 of 3,000) and still leave dozens of blocks to draw from."""
+    return max(1, round(n ** (1 / 3)))
+
+
+def resample_rows(rng: np.random.Generator, n: int, rows: int, block: int = 1) -> np.ndarray:
+    """`rows` moving-block resamples of `range(n)` (rows x n): each row is ceil(n / block) blocks
+    of `block` consecutive indices, starting anywhere from 0 to n - block, cut to n. With `block`
+    1 it is the ordinary bootstrap (the same draws as `rng.integers(0, n, (rows, n))`)."""
+    block = min(max(block, 1), n)
+    count = -(-n // block)
+    starts = rng.integers(0, n - block + 1, (rows, count))
+    if block == 1:
+        return starts
+    return (starts[:, :, None] + np.arange(block)).reshape(rows, count * block)[:, :n]
+
+
+def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
+                   decode_q: float) -> np.ndarray:
+    """Per row of (resampled) requests: TTFT's `ttft_q` quantile, decode's `decode_q` quantile
+    (its slow tail) and the goodput share, as 3 x rows; NaN where a row has no value to take a
+    quantile of (failures only)."""
+    with warnings.catch_warnings():  # an all-NaN row warns; NaN is its answer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.vstack([np.nanquantile(ttft, ttft_q, axis=1), np.nanquantile(decode, decode_q, axis=1),
+                          meets.mean(axis=1)])
+
+
+def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
+                         seed: int, resamples: int = RESAMPLES, block: int = 1) -> np.ndarray:
+    """`slo_statistics` of `resamples` resamples of the requests (3 x resamples), by blocks of
+    `block` requests in the order given (`resample_rows`), in chunks of bounded memory."""
+    rng = np.random.default_rng(seed)
+    n = len(ttft)
+    chunk = max(RESAMPLE_CELLS // n, 1)
+    parts = []
+    for begin in range(0, resamples, chunk):
+        index = resample_rows(rng, n, min(chunk, resamples - begin), block)
+        parts.append(slo_statistics(ttft[index], decode[index], meets[index], ttft_q, decode_q))
+    return np.hstack(parts)
+
+
+def slo_holds(stats: np.ndarray, criteria: Criteria) -> np.ndarray:
+    """Per column of `slo_statistics`: every criterion the SLO sets holds (a missing figure does not)."""
+    held = np.ones(stats.shape[1], dtype=bool)
+    if criteria.ttft_p is not None:
+        held &= stats[0] <= criteria.ttft_s
+    if criteria.decode_p is not None:
+        held &= stats[1] >= criteria.decode_tps
+    if criteria.goodput is not None:
+        held &= stats[2] >= criteria.goodput
+    return held
+
+
+def quantiles(criteria: Criteria) -> tuple[float, float]:
+    """The quantiles of TTFT and of decode that the criteria judge (`DEFAULT_P` where not set)."""
+    return (criteria.ttft_p or DEFAULT_P) / 100, 1 - (criteria.decode_p or DEFAULT_P) / 100
+
+
+def slo_met_share(ok: np.ndarray, ttft_s: np.ndarray, decode_tps: np.ndarray, criteria: Criteria, seed: int,
+                  block: int | None = None, resamples: int = RESAMPLES) -> float | None:
+    """The share of moving-block resamples of a level's requests (in send order) in which every
+    criterion holds; blocks of `block_length(n)` unless `block` is given. None: no requests."""
+    n = len(ok)
+    if not n:
+        return None
+    ok = np.asarray(ok, dtype=bool)
+    ttft = np.where(ok, np.asarray(ttft_s, dtype=float), np.nan)
+    decode = np.where(ok, np.asarray(decode_tps, dtype=float), np.nan)
+    meets = meets_slo(ok, ttft, decode, criteria.ttft_s, criteria.decode_tps)
+    stats = resampled_statistics(ttft, decode, meets, *quantiles(criteria), seed, resamples,
+                                 block_length(n) if block is None else block)
+    return float(slo_holds(stats, criteria).mean())
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What a level delivered over the steady windows of its cells (see the module docstring).
+    Times in seconds."""
+
+    window_s: float  # the steady windows' length, summed
+    n: int  # requests sent within them
+    delivered_rps: float  # successful requests that ended within them, per second
+    throughput_rps: float  # requests that ended within them, failed or not, per second
+    latency_s: float  # mean time from send to end of the requests sent within them (a failure without an end: 0)
+    in_flight: float  # time-average requests in flight, whenever sent
+
+
+NO_FLOW = Flow(0.0, 0, math.nan, math.nan, math.nan, math.nan)
+
+
+def flow(sent: np.ndarray, end: np.ndarray, ok: np.ndarray, start: float, stop: float) -> Flow:
+    """`Flow` over one window `[start, stop]`: completions that ended within it, the latency of
+    the requests sent within it (`steady_requests`), every request's time in flight within it.
+    Times in any one origin."""
+    sent, end, ok = np.asarray(sent, dtype=float), np.asarray(end, dtype=float), np.asarray(ok, dtype=bool)
+    end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
+    length = stop - start
+    pick = steady_requests(sent, start, stop)
+    if length <= 0 or not pick.any():
+        return NO_FLOW
+    ended = (end >= start) & (end <= stop)
+    busy = float((np.clip(end, start, stop) - np.clip(sent, start, stop)).sum())
+    return Flow(length, int(pick.sum()), float((ended & ok).sum()) / length, float(ended.sum()) / length,
+                float((end[pick] - sent[pick]).mean()), busy / length)
+
+
+def pooled(flows: Iterable[Flow]) -> Flow:
+    """Several windows as one (a level run again): rates over the windows' summed length, latency
+    over their requests."""
+    flows = [one for one in flows if one.n]
+    window = sum(one.window_s for one in flows)
+    n = sum(one.n for one in flows)
+    if not n or window <= 0:
+        return NO_FLOW
+    total = lambda rate: sum(getattr(one, rate) * one.window_s for one in flows)  # noqa: E731
+    return Flow(window, n, total("delivered_rps") / window, total("throughput_rps") / window,
+                sum(one.latency_s * one.n for one in flows) / n, total("in_flight") / window)
+
+
+def level_flow(cells: Iterable[pd.DataFrame]) -> Flow:
+    """A level's `Flow`: each of its cells' records (`sent_at`, `end_at`, `ok`) over that cell's
+    steady window (`free_running.steady_window`), pooled."""
+    flows = []
+    for frame in cells:
+        if frame.empty:
+            continue
+        origin = float(frame["sent_at"].min())
+        sent = frame["sent_at"].to_numpy(dtype=float) - origin
+        end = frame["end_at"].to_numpy(dtype=float) - origin
+        closed = np.where(np.isnan(end), sent, end)
+        flows.append(flow(sent, end, frame["ok"].to_numpy(dtype=bool), *steady_window(sent, closed)))
+    return pooled(flows)
+
+
+@dataclass(frozen=True)
+class Little:
+    """Little's law at a level, L = lambda x W: the requests in flight L against the rate lambda
+    times the mean latency W. Closed loop (users): L is the level's users, lambda its throughput;
+    open loop (rate): L is the mean in flight measured, lambda the rate offered."""
+
+    in_flight: float  # L
+    rate_rps: float  # lambda
+    latency_s: float  # W
+
+    @property
+    def expected_in_flight(self) -> float:
+        """lambda x W: the requests in flight that the rate and the latency imply."""
+        return self.rate_rps * self.latency_s
+
+    @property
+    def gap(self) -> float:
+        """lambda x W / L - 1: below 0, fewer in flight than L (users: streams idle between requests);
+        above 0, more (rate: the arrivals came faster than the requests ended); NaN without data."""
+        return self.expected_in_flight / self.in_flight - 1 if self.in_flight > 0 else math.nan
+
+    @property
+    def holds(self) -> bool | None:
+        return None if math.isnan(self.gap) else abs(self.gap) <= LITTLE_TOLERANCE
+
+
+def littles_law(level: Flow, users: float | None = None, offered_rps: float | None = None) -> Little:
+    """Little's law at a level of `users` closed-loop streams (L = the users, lambda = the
+    throughput), or of an open-loop rate `offered_rps` (L = the mean in flight, lambda = that rate)."""
+    if users is not None:
+        return Little(float(users), level.throughput_rps, level.latency_s)
+    return Little(level.in_flight, math.nan if offered_rps is None else float(offered_rps), level.latency_s)
+
+
+LEVEL_COLUMNS = ["value", "n", "block", "resamples", "pass_share_blocks", "window_s", "delivered_rps",
+                 "throughput_rps", "latency_s", "in_flight", "little_in_flight", "little_rate_rps",
+                 "little_expected_in_flight", "little_gap", "little_holds"]
+
+
+def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Per level of a capacity search as the manifest keeps it (`search["variable"]`, `search["slo"]`,
+    `search["levels"]`, each with its `value` and `cells`): its requests (`n`), the moving-block
+    bootstrap's `block` and `resamples`, `pass_share_blocks` (`slo_met_share` over the level's
+    requests in send order, seeded by `level_seed`), its `Flow` (`level_flow`), and Little's law
+    there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`)."""
+    search = search or {}
+    levels = search.get("levels") or []
+    if not levels:
+        return pd.DataFrame(columns=LEVEL_COLUMNS)
+    criteria = Criteria.of(search.get("slo") or {})
+    users = search.get("variable") == "users"
+    by_cell = dict(iter(df.groupby("cell", sort=False, observed=True))) if len(df) else {}
+    rows = []
+    for level in levels:
+        frames = [by_cell[cell] for cell in level["cells"] if cell in by_cell]
+        frame = pd.concat(frames).sort_values("sent_at", kind="stable") if frames else df.iloc[:0]
+        n = len(frame)
+        share = slo_met_share(frame["ok"].to_numpy(), frame["ttft_s"].to_numpy(), frame["decode_tps"].to_numpy(),
+                              criteria, level_seed(level["cells"]))
+        measured = level_flow(frames)
+        law = (littles_law(measured, users=level["value"]) if users
+               else littles_law(measured, offered_rps=level["value"]))
+        rows.append({"value": level["value"], "n": n, "block": block_length(n) if n else None,
+                     "resamples": RESAMPLES if n else 0, "pass_share_blocks": share, "window_s": measured.window_s,
+                     "delivered_rps": measured.delivered_rps, "throughput_rps": measured.throughput_rps,
+                     "latency_s": measured.latency_s, "in_flight": measured.in_flight,
+                     "little_in_flight": law.in_flight, "little_rate_rps": law.rate_rps,
+                     "little_expected_in_flight": law.expected_in_flight, "little_gap": law.gap,
+                     "little_holds": law.holds if measured.n else None})
+    return pd.DataFrame(rows, columns=LEVEL_COLUMNS)

@@ -1,0 +1,160 @@
+"""The capacity search's section: where the server holds and where it breaks, how sure each is, what
+it delivered there, and whether Little's law agrees; then every level the search tried.
+
+It formats what the search's result in the manifest kept (`loadlib.modes.search`: the verdicts,
+the figures and their ranges) beside the table `loadlib.figures.capacity.level_table` computes from
+the records (the moving-block resamples, requests/s delivered, Little's law); it computes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from loadlib.figures import capacity
+from loadlib.modes import search
+from loadlib.report import text
+from loadlib.report.document import Section
+
+SEARCH_COLUMNS = ["value", "cells", "n", "failed", "ttft_p", "ttft_s", "ttft_low", "ttft_high", "decode_p",
+                  "decode_tps", "decode_low", "decode_high", "goodput", "goodput_low", "goodput_high", "pass_share",
+                  "verdict"]
+
+
+def search_section(manifest: Mapping[str, Any], levels: pd.DataFrame) -> Section:
+    """The capacity search as the run's manifest kept it, with `levels` (`capacity.level_table`,
+    one row per level in the same order): the bracket in the title (`search_title`), then every
+    level in the order tried with its SLO figures, their bootstrap ranges, requests/s delivered,
+    the share of resamples that met the SLO (of single requests: the verdict's; in blocks: the
+    title's), its verdict, and Little's law."""
+    result = manifest.get("search") or {}
+    table = pd.DataFrame(result.get("levels") or [], columns=SEARCH_COLUMNS)
+    if table.empty:
+        return Section("search", "", table, pd.DataFrame(), optional=True)
+    levels = levels.reset_index(drop=True).reindex(table.index)  # a level without records: NaN
+    data = pd.concat([table.assign(cells=[",".join(cells) for cells in table["cells"]]),
+                      levels.drop(columns=["value", "n"])], axis=1)
+    users = result["variable"] == "users"
+    ttft_p, decode_p = table["ttft_p"].iloc[0], table["decode_p"].iloc[0]
+    return Section(
+        "search", search_title(result, levels), data,
+        pd.DataFrame({
+            "users" if users else "req/s": [f"{value:g}" for value in table["value"]],
+            "cells": [", ".join(cells) for cells in table["cells"]],
+            "n": text.column(table["n"], 0), "failed": text.column(table["failed"], 0),
+            f"TTFT p{ttft_p:g} s": _ranged(table["ttft_s"], table["ttft_low"], table["ttft_high"], 3),
+            f"decode p{100 - decode_p:g} t/s": _ranged(table["decode_tps"], table["decode_low"],
+                                                       table["decode_high"], 0),
+            "goodput": [text.MISSING if pd.isna(v) else f"{text.percent(v)} ({text.percent(lo)}–{text.percent(hi)})"
+                        for v, lo, hi in zip(table["goodput"], table["goodput_low"], table["goodput_high"])],
+            "delivered req/s": text.column(levels["delivered_rps"], 2),
+            "SLO met in": [text.percent(v) for v in table["pass_share"]],
+            "in blocks": [text.percent(v) for v in levels["pass_share_blocks"]],
+            "verdict": table["verdict"].astype(str),
+            "Little": [_little_cell(gap, holds) for gap, holds in zip(levels["little_gap"], levels["little_holds"])],
+        }), keys=("value",), left=("cells", "verdict"), optional=True)
+
+
+def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
+    """The search's headline: where it holds and where it breaks (in its variable and in requests/s
+    delivered, each with its share of moving-block resamples that met the SLO), Little's law
+    there, the SLO, why the search stopped, and how a level was judged."""
+    users = result["variable"] == "users"
+    unit = _unit(users)
+    by_value = {row["value"]: row for row in levels.to_dict("records") if row.get("value") is not None}
+    good, bad = (result.get("bracket") or [result.get("best"), None])[:2]
+    holds = (f"holds at {_level(good, by_value.get(good), users)}" if good is not None
+             else "holds at no level")
+    breaks = (f"breaks at {_level(bad, by_value.get(bad), users)}" if bad is not None
+              else "no level broke")
+    close = result.get("too_close") or []
+    note = f"; too close to call after every run: {', '.join(unit(v) for v in close)}" if close else ""
+    little_sides = ("the level's users against its throughput" if users
+                    else "the mean in flight measured against the rate offered")
+    little = _little_text([(v, by_value.get(v)) for v in (good, bad) if v is not None], users)
+    return (f"Capacity search over {'closed-loop users' if users else 'the open-loop rate'}: {holds}, {breaks}"
+            f"{'; ' + little if little else ''} "
+            f"(SLO {slo_text(result.get('slo') or {})}); {result.get('stopped') or 'not finished'}{note}. "
+            f"Each level judged on its requests: range = {search.INTERVAL[0]:.0%}-{search.INTERVAL[1]:.0%} of "
+            f"{search.BOOTSTRAP} bootstrap resamples, 'SLO met in' = share of resamples meeting every criterion "
+            f"(held at >= {search.CONFIDENCE:.0%}, broke at <= {1 - search.CONFIDENCE:.0%}, close between; "
+            "failed: the server failed requests); 'in blocks' (the shares above) = the same over "
+            f"{capacity.RESAMPLES} moving-block resamples of its requests in send order (blocks of n^(1/3), so a "
+            "slow spell stays together); over each cell's steady window: delivered req/s = successful requests "
+            f"ended per second, Little = in flight against req/s x mean latency ({little_sides}; 'ok' within "
+            f"{capacity.LITTLE_TOLERANCE:.0%})")
+
+
+def slo_text(slo: Mapping[str, Any]) -> str:
+    """The search's criteria in words: "TTFT p90 <= 0.1 s; 90% decode >= 20 t/s; goodput >= 95%"."""
+    parts = []
+    if slo.get("ttft_p") is not None:
+        parts.append(f"TTFT p{slo['ttft_p']:g} <= {slo['ttft_s']:g} s")
+    if slo.get("decode_p") is not None:
+        parts.append(f"{slo['decode_p']:g}% of requests decode >= {slo['decode_tps']:g} t/s")
+    if slo.get("goodput") is not None:
+        targets = " and ".join(t for t in (f"TTFT <= {slo['ttft_s']:g} s" if slo.get("ttft_s") else "",
+                                           f"decode >= {slo['decode_tps']:g} t/s" if slo.get("decode_tps") else "")
+                               if t)
+        parts.append(f"{slo['goodput']:.0%} of requests meet {targets}")
+    return "; ".join(parts)
+
+
+def _unit(users: bool) -> Callable[[float], str]:
+    """A level's value in words: "2 users", "12 req/s"."""
+    if users:
+        return lambda v: f"{v:g} user{'s' if v != 1 else ''}"
+    return lambda v: f"{v:g} req/s"
+
+
+def _level(value: float, row: Mapping[str, Any] | None, users: bool) -> str:
+    """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)"."""
+    row = row or {}
+    delivered = text.num(row.get("delivered_rps"), 2)
+    share = text.percent(row.get("pass_share_blocks"))
+    offered = _unit(users)(value) if users else f"{value:g} req/s offered"
+    return f"{offered}, {delivered} req/s delivered (SLO met in {share} of resamples)"
+
+
+def _little_text(levels: list[tuple[float, Mapping[str, Any] | None]], users: bool) -> str:
+    """Little's law at the bracket's levels: "Little's law: ok at 2 users and 3 users", or what
+    disagreed, in words."""
+    unit = _unit(users)
+    known = [(value, row) for value, row in levels if row and not pd.isna(row.get("little_gap"))]
+    if not known:
+        return ""
+    agree = [unit(value) for value, row in known if row["little_holds"]]
+    parts = [f"ok at {' and '.join(agree)}"] if agree else []
+    for value, row in known:
+        if not row["little_holds"]:
+            parts.append(f"at {unit(value)} {_little_disagreement(row, users)}")
+    return "Little's law: " + "; ".join(parts)
+
+
+def _little_disagreement(row: Mapping[str, Any], users: bool) -> str:
+    """How Little's law failed at a level, and what that says."""
+    gap, expected = row["little_gap"], text.num(row["little_expected_in_flight"], 2)
+    rate, latency = text.num(row["little_rate_rps"], 2), text.num(row["latency_s"], 3)
+    if users:
+        why = ("the streams sat idle between requests: the client may have set the pace" if gap < 0
+               else "the window was short beside the latency")
+        return (f"{rate} req/s x {latency} s = {expected} in flight, {abs(gap):.0%} {'fewer' if gap < 0 else 'more'} "
+                f"than its {text.num(row['little_in_flight'], 0)} users ({why})")
+    why = ("the requests ended more slowly than they were offered: a queue building up at the server, or too few "
+           "free users (-u) to send them" if gap > 0 else "latency fell within the level")
+    return (f"{rate} req/s offered x {latency} s = {expected} in flight, {abs(gap):.0%} "
+            f"{'more' if gap > 0 else 'fewer'} than the {text.num(row['little_in_flight'], 2)} measured ({why})")
+
+
+def _little_cell(gap: Any, holds: Any) -> str:
+    """"ok", or how far in flight is from req/s x latency: "-15%"."""
+    if gap is None or pd.isna(gap):
+        return text.MISSING
+    return "ok" if holds else f"{gap * 100:+.0f}%"
+
+
+def _ranged(values: pd.Series, lows: pd.Series, highs: pd.Series, digits: int) -> list[str]:
+    """A figure with its range: "0.062 (0.030–0.097)"."""
+    return [text.MISSING if pd.isna(v) else f"{text.num(v, digits)} ({text.num(lo, digits)}–{text.num(hi, digits)})"
+            for v, lo, hi in zip(values, lows, highs)]

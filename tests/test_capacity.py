@@ -1,0 +1,157 @@
+"""Capacity with its uncertainty (loadlib.figures.capacity), on synthetic levels whose answer is known:
+the share of resamples meeting an SLO (single requests against the binomial tail; moving blocks
+against a slow spell), and Little's law for closed loops busy and idle and for an open loop offered
+more than it serves."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loadlib.figures import capacity
+from loadlib.figures.capacity import (Criteria, block_length, flow, level_flow, level_table, littles_law, resample_rows,
+                                      slo_met_share)
+from loadlib.modes.search import judge
+from loadlib.profiles import Slo
+
+GOODPUT_95 = Criteria(ttft_s=1.0, goodput=0.95)  # 95 % of requests with TTFT within 1 s
+N = 400
+
+
+def misses_at(index: np.ndarray, n: int = N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A level of `n` successful requests in send order, those at `index` missing the TTFT target."""
+    ttft = np.full(n, 0.1)
+    ttft[index] = 5.0
+    return np.ones(n, dtype=bool), ttft, np.full(n, np.nan)
+
+
+def binomial_tail(n: int, p: float, at_least: int) -> float:
+    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(at_least, n + 1))
+
+
+def test_single_request_resamples_meet_a_goodput_target_as_often_as_the_binomial_tail_says():
+    """16 misses in 400 (96 % goodput) against 95 %: a resample holds when it has at most 20 misses,
+    P(Binomial(400, 0.96) >= 380) = 0.873."""
+    share = slo_met_share(*misses_at(np.arange(12, N, 25)), GOODPUT_95, seed=1, block=1)
+    assert share == pytest.approx(binomial_tail(N, 0.96, 380), abs=0.03)
+
+
+def test_moving_blocks_keep_a_slow_spell_together_and_are_less_sure_of_the_level():
+    """The same 16 misses as two spells of 8 consecutive requests: single-request resamples cannot
+    tell them from scattered misses (0.87), blocks of 7 can. A block of 7 starting anywhere in 394
+    places holds 1, 2, .., 7, 7, .., 1 misses of a spell, so the 58 blocks of a resample hold 16.5
+    misses with a standard deviation of 8.8, not 3.9: at most 20 in about 67 % of resamples. Scattered
+    one every 25 requests, a block holds at most one and the share does not fall."""
+    spells = np.r_[np.arange(100, 108), np.arange(300, 308)]
+    scattered = np.arange(12, N, 25)
+    assert block_length(N) == 7
+    single = slo_met_share(*misses_at(spells), GOODPUT_95, seed=1, block=1)
+    blocks = slo_met_share(*misses_at(spells), GOODPUT_95, seed=1)
+    assert single == pytest.approx(0.873, abs=0.03)
+    assert blocks == pytest.approx(0.67, abs=0.08) and blocks < single - 0.1
+    assert slo_met_share(*misses_at(scattered), GOODPUT_95, seed=1) >= single - 0.02
+
+
+def test_a_level_far_inside_its_slo_is_met_in_every_resample_and_one_far_outside_in_none():
+    assert slo_met_share(*misses_at(np.arange(0, N, 100)), GOODPUT_95, seed=2) == 1.0  # 1 % missed
+    assert slo_met_share(*misses_at(np.arange(0, N, 5)), GOODPUT_95, seed=2) == 0.0  # 20 % missed
+    assert slo_met_share(np.array([], dtype=bool), np.array([]), np.array([]), GOODPUT_95, seed=2) is None
+
+
+def test_the_search_judges_by_the_same_rule_with_single_request_resamples():
+    """`judge`'s share of resamples is `slo_met_share` with blocks of one request and the same seed."""
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"ok": rng.random(300) > 0.01, "ttft_s": rng.uniform(0, 0.2, 300),
+                          "decode_tps": rng.uniform(15, 40, 300)})
+    slo = Slo(ttft_s=0.15, ttft_p=80, decode_tps=20, decode_p=70, goodput=0.5)
+    shared = slo_met_share(frame["ok"].to_numpy(), frame["ttft_s"].to_numpy(), frame["decode_tps"].to_numpy(),
+                           Criteria.of(slo), seed=9, block=1)
+    assert judge(frame, slo, seed=9).pass_share == shared
+    assert Criteria.of(slo.model_dump()) == Criteria.of(slo)
+
+
+def test_moving_block_resamples_are_runs_of_consecutive_requests_and_one_is_the_ordinary_bootstrap():
+    rows = resample_rows(np.random.default_rng(0), 10, 500, block=3)
+    assert rows.shape == (500, 10) and rows.min() == 0 and rows.max() == 9
+    for row in rows:  # blocks of 3 consecutive indices, the last cut to 1
+        assert all(row[i + 1] == row[i] + 1 for start in (0, 3, 6) for i in range(start, start + 2))
+    assert (resample_rows(np.random.default_rng(5), 10, 4) == np.random.default_rng(5).integers(0, 10, (4, 10))).all()
+    assert [block_length(n) for n in (1, 8, 27, 1000)] == [1, 2, 3, 10]
+
+
+def test_the_share_is_seeded_so_a_recomputation_agrees():
+    level = misses_at(np.r_[np.arange(50, 60), np.arange(200, 212)])
+    assert slo_met_share(*level, GOODPUT_95, seed=7) == slo_met_share(*level, GOODPUT_95, seed=7)
+
+
+def closed_loop(streams: int, latency_s: float, duration_s: float, idle_s: float = 0.0) -> pd.DataFrame:
+    """Records of `streams` streams, each sending a request `idle_s` after the last one ended."""
+    period = latency_s + idle_s
+    sent = np.concatenate([np.arange(s * period / streams, duration_s, period) for s in range(streams)])
+    return pd.DataFrame({"sent_at": 1000 + sent, "end_at": 1000 + sent + latency_s, "ok": True})
+
+
+def fifo(rate_rps: float, service_s: float, duration_s: float) -> pd.DataFrame:
+    """Records of arrivals at `rate_rps` served one at a time, each for `service_s`, in order."""
+    sent = np.arange(0, duration_s, 1 / rate_rps)
+    end = np.maximum.accumulate(sent - np.arange(len(sent)) * service_s) + (np.arange(len(sent)) + 1) * service_s
+    return pd.DataFrame({"sent_at": 1000 + sent, "end_at": 1000 + end, "ok": True})
+
+
+def test_a_busy_closed_loop_agrees_with_littles_law_and_delivers_streams_over_latency():
+    flow = level_flow([closed_loop(4, 0.5, 60)])
+    assert flow.in_flight == pytest.approx(4, rel=0.01) and flow.latency_s == pytest.approx(0.5)
+    assert flow.delivered_rps == pytest.approx(8, rel=0.01)
+    law = littles_law(flow, users=4)
+    assert abs(law.gap) < 0.01 and law.holds
+
+
+def test_closed_loop_streams_idle_between_requests_put_fewer_in_flight_than_the_users():
+    """4 users, 0.4 s requests, 0.1 s idle after each: 8 req/s x 0.4 s = 3.2 in flight, 20 % short of 4."""
+    law = littles_law(level_flow([closed_loop(4, 0.4, 60, idle_s=0.1)]), users=4)
+    assert law.rate_rps == pytest.approx(8, rel=0.01) and law.gap == pytest.approx(-0.2, abs=0.01)
+    assert not law.holds
+
+
+def test_an_open_loop_offered_more_than_the_server_serves_breaks_littles_law_by_the_excess():
+    """10 req/s offered to a server that ends 8 per second (one at a time, 0.125 s each): it delivers
+    8 req/s, the queue grows, and 10 req/s x the mean latency is 10/8 - 1 = 25 % above the mean in
+    flight. At 12.5 per second it keeps up: the law holds."""
+    flooded = level_flow([fifo(10, 0.125, 30)])
+    assert flooded.delivered_rps == pytest.approx(8, rel=0.02)
+    assert littles_law(flooded, offered_rps=10).gap == pytest.approx(0.25, abs=0.02)
+    kept_up = level_flow([fifo(10, 0.08, 30)])
+    assert kept_up.delivered_rps == pytest.approx(10, rel=0.01) and littles_law(kept_up, offered_rps=10).holds
+
+
+def test_a_window_takes_completions_within_it_and_the_latency_of_requests_sent_within_it():
+    """Arrivals at 10/s over 30 s whose latency grows as 0.1 + 0.2 t, over the window [0, 30]: those
+    sent up to 24.9 s end within it (0.1 + 0.2 t <= 30 - t), 250 of them: 8.3 per second; the
+    300 sent have a mean latency of 0.1 + 0.2 x 14.95 = 3.09 s."""
+    sent = np.arange(0, 30, 0.1)
+    window = flow(sent, sent + 0.1 + 0.2 * sent, np.ones_like(sent, dtype=bool), 0.0, 30.0)
+    assert window.n == 300 and window.delivered_rps == pytest.approx(8.3, abs=0.04)
+    assert window.latency_s == pytest.approx(3.09, abs=0.01)
+
+
+def test_the_level_table_pools_a_level_run_twice_and_resamples_its_requests_in_send_order():
+    first, again = closed_loop(2, 0.5, 20), closed_loop(2, 0.5, 20)
+    again[["sent_at", "end_at"]] += 30
+    df = pd.concat([first.assign(cell="search-u2"), again.assign(cell="search-u2-r2"),
+                    closed_loop(1, 0.25, 20).assign(cell="search-u1")], ignore_index=True)
+    df = df.assign(ttft_s=0.05, decode_tps=np.nan)
+    search = {"variable": "users", "slo": {"ttft_s": 0.1, "ttft_p": 90},
+              "levels": [{"value": 1, "cells": ["search-u1"]}, {"value": 2, "cells": ["search-u2", "search-u2-r2"]},
+                         {"value": 4, "cells": ["search-u4"]}]}
+    table = level_table(df, search)
+    assert list(table.columns) == capacity.LEVEL_COLUMNS and list(table["value"]) == [1, 2, 4]
+    one, two, four = table.to_dict("records")
+    assert two["n"] == 160 and two["block"] == 5 and two["pass_share_blocks"] == 1.0
+    assert two["delivered_rps"] == pytest.approx(4, rel=0.02) and two["little_holds"]
+    assert two["little_in_flight"] == 2 and two["little_rate_rps"] == pytest.approx(4, rel=0.02)
+    assert one["delivered_rps"] == pytest.approx(4, rel=0.02) and one["in_flight"] == pytest.approx(1, rel=0.01)
+    assert four["n"] == 0 and pd.isna(four["pass_share_blocks"]) and pd.isna(four["little_holds"])
+    assert level_table(df, None).empty
