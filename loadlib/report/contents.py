@@ -23,7 +23,7 @@ from loadlib.report import protocol as summary
 from loadlib.report import sections, server_view
 from loadlib.report.document import Section
 from loadlib.report.lost_workers import lost_workers_section
-from loadlib.report.validity import validity_section
+from loadlib.report.validity import judged, validity_section
 from loadlib.report.search import search_section
 from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
 
@@ -95,7 +95,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
     Entry(lambda run: validity_section(run.run_dir, run.df, run.manifest, run.steady_cells),
-          when=lambda run: run.run_dir is not None and bool({"server", "client_watch"} & set(run.manifest))),
+          when=lambda run: judged(run.run_dir, run.manifest)),
     # the report's own, after the summary
     Entry(lambda run: summary.single_details(run.tables), report_only=True),
     Entry(lambda run: summary.concurrency_details(run.tables), report_only=True),

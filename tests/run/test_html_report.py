@@ -14,7 +14,7 @@ import pytest
 
 from loadlib.run.llmstats import add_to_html_report
 from tests.conftest import FAST_SIM
-from tests.test_webui import chromium_page
+from tests.run.test_webui import chromium_page
 
 LOCUST_ASSETS = Path(locust.__file__).parent / "webui" / "dist" / "assets"
 

@@ -12,7 +12,7 @@ from loadlib.records import (FLOAT_COLUMNS, RECORD_COLUMNS, RequestRecord, read_
 from loadlib.wire.sse import parse_stream
 from tests.analysis.builders import build_record
 from tests.conftest import FAST_SIM, run_locust
-from tests.test_sse import USAGE, sglang_chunk, sse
+from tests.wire.test_sse import USAGE, sglang_chunk, sse
 
 
 def _usage(**extra) -> dict:

@@ -24,7 +24,7 @@ import pytest
 
 from loadlib.wire.client import ChatClient, ChatSettings
 from tests.conftest import LOCUSTFILE, free_port, run_locust
-from tests.test_robustness_faults import COMPLETION_TOKENS, MODEL, FaultServer, send
+from tests.wire.test_robustness_faults import COMPLETION_TOKENS, MODEL, FaultServer, send
 
 QUIET = ["--headless", "--loglevel", "DEBUG"]  # the most talkative logs must not leak either
 FLAG_KEY = "sk-flag-3c9e7a21d05b4f68"

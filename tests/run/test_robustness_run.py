@@ -21,7 +21,7 @@ from loadlib.records import RECORDS_FILE, RecordJournal
 from loadlib.report.protocol import cut_short
 from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
 from tests.conftest import LOCUSTFILE, run_locust
-from tests.test_robustness_faults import EXPECTED, MODEL, FaultServer
+from tests.wire.test_robustness_faults import EXPECTED, MODEL, FaultServer
 
 QUIET = ["--headless", "--loglevel", "WARNING"]
 SIM_SPEED = ["--time-scale", "0.05"]

@@ -27,7 +27,7 @@ from loadlib.truth.probe import REDACTED, redact
 from loadlib.truth.scrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
 
-DATA = Path(__file__).parent / "data" / "metrics"
+DATA = Path(__file__).parent.parent / "data" / "metrics"
 T0 = 1_800_000_000.0  # the recorded cell runs from T0 to T0 + 10 s
 
 
