@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import weakref
 from typing import Any
 
@@ -33,13 +34,13 @@ from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
                                 run_profile, usage_error)
 from loadlib.run.processes import LocalUsers
-from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, MODE_MESSAGE, PID_MESSAGE, LocalSink, ProcessRun,
-                                 WorkerSink, attach)
+from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, MODE_MESSAGE,
+                                 PID_MESSAGE, LocalSink, ProcessRun, WorkerSink, attach)
 from loadlib.run.selfwatch import SelfWatch
 from loadlib.run.session import RunSession
 from loadlib.run.target import Target
 from loadlib.run.users import ModeUser, mode_user_classes
-from loadlib.run.workers import SELFWATCH_KEY, WorkerUsers
+from loadlib.run.workers import FINAL_BATCHES_WAIT_S, SELFWATCH_KEY, WorkerUsers
 
 _installed = False
 _SESSIONS: "weakref.WeakKeyDictionary[Environment, RunSession]" = weakref.WeakKeyDictionary()
@@ -133,7 +134,17 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
                                                          config.profile, locustfile_classes)
         run.start(config)
 
+    def drain() -> None:
+        """The test ended: once this process's requests in flight have ended (bounded), its last
+        records go to the master, then word that they went."""
+        deadline = time.monotonic() + FINAL_BATCHES_WAIT_S
+        while run.watch.in_flight and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        run.sink.flush()
+        runner.send_message(DRAINED_MESSAGE, None)
+
     runner.register_message(CONFIG_MESSAGE, on_config)
+    runner.register_message(DRAIN_MESSAGE, lambda msg, **_: gevent.spawn(drain))
     runner.register_message(MODE_MESSAGE, lambda msg, **_: run.mode_state.on_message(msg.data))
     runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: [run.mode_state.take(Assignment.from_message(data))
                                                               for data in msg.data])

@@ -29,14 +29,15 @@ from loadlib.modes import Assignment
 from loadlib.records import RequestRecord
 from loadlib.run.config import RunConfig
 from loadlib.run.processes import LostWorker, UserProcesses
-from loadlib.run.runtime import ASSIGN_MESSAGE, CONFIG_MESSAGE, FLUSH_S, MODE_MESSAGE, PID_MESSAGE, RECORDS_MESSAGE
+from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, FLUSH_S, MODE_MESSAGE,
+                                 PID_MESSAGE, RECORDS_MESSAGE)
 from loadlib.run.selfwatch import SelfWatch
 
 log = logging.getLogger("uni-bench")
 
 SELFWATCH_KEY = "uni_selfwatch"  # a worker's self-watch figures (and its pid) in Locust's worker report
 WORKER_LOST = "worker lost: its process ended before the request's record came back"
-FINAL_BATCHES_WAIT_S = 5.0  # how long the end waits for the workers' last batches of records
+FINAL_BATCHES_WAIT_S = 5.0  # how long the end waits for the workers' last records (requests still in flight)
 CHECK_S = 1.0
 
 
@@ -56,10 +57,12 @@ class WorkerUsers(UserProcesses):
         self.in_flight_by_worker: dict[str, int] = {}
         self.selfwatch_by_worker: dict[str, dict[str, Any]] = {}
         self.pid_by_worker: dict[str, int] = {}
+        self._drained: set[str] = set()
         self._users_by_worker: dict[str, int] = {}
         self._watcher: gevent.Greenlet | None = None
         self._testing = False  # between begin and end: a worker lost then is the test's loss
         self.runner.register_message(RECORDS_MESSAGE, self._on_records)
+        self.runner.register_message(DRAINED_MESSAGE, lambda msg, **_: self._drained.add(msg.node_id))
         self.runner.register_message(PID_MESSAGE, lambda msg, **_: self.pid_by_worker.__setitem__(msg.node_id, msg.data))
         environment.events.worker_report.add_listener(self._on_report)
 
@@ -102,14 +105,20 @@ class WorkerUsers(UserProcesses):
         return [*self.selfwatch_by_worker.values(), {**self.master_watch.snapshot(), "role": "master"}]
 
     def end(self) -> None:
-        """Waits (bounded) until every worker still alive has said it stopped: workers send their
-        last records when they stop."""
+        """Asks every worker still alive for its last records, and waits (bounded) until each has
+        sent them: a worker answers once its requests in flight have ended (at once after a
+        rounds run, whose driver waited for every record)."""
         self._testing = False
         self.master_watch.stop()
-        deadline = time.time() + FINAL_BATCHES_WAIT_S
-        while time.time() < deadline and any(node.state not in ("stopped", "ready", STATE_MISSING)
-                                             for node in self.runner.clients.values()):
-            gevent.sleep(0.05)
+        self._drained = set()
+        for worker_id in self._alive():
+            self.runner.send_message(DRAIN_MESSAGE, None, client_id=worker_id)
+        deadline = time.time() + FINAL_BATCHES_WAIT_S + 1.0
+        while time.time() < deadline and self._alive() - self._drained:
+            gevent.sleep(0.02)
+
+    def _alive(self) -> set[str]:
+        return {node.id for node in self.runner.clients.values() if node.state != STATE_MISSING}
 
     # --- what the workers send ----------------------------------------------------------------
 
