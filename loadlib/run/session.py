@@ -23,7 +23,6 @@ from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
 from loadlib.records import RequestRecord, read_records
-from loadlib.run import llmstats
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
 from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
@@ -35,7 +34,7 @@ from loadlib.run.processes import UserProcesses
 from loadlib.run.shape import StreamsWanted
 from loadlib.run.summary_files import write_summary
 from loadlib.run.target import Target
-from loadlib.run.users import fire_request_event, mode_user_classes, stats_name
+from loadlib.run.users import mode_user_classes
 from loadlib.truth.cache import flush_prefix_cache
 from loadlib.truth.watch import ServerWatch
 from loadlib.wire.client import chat_body
@@ -109,7 +108,7 @@ class RunSession:
         self.config = config = RunConfig(self.mode.name, request_settings(profile, opts, model, api_key), users,
                                          time.time() + 0.5, profile, self.users.worker_ids(),
                                          models.context_tokens.get(model))
-        self.driver = self.mode.driver(profile, users, config.started_at, self._coordination(config))
+        self.driver = self.mode.driver(profile, users, config.started_at, coordination(self, config))
         early_stop = EarlyStop(self.target.url, self.stop) if not opts.keep_going else None
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
@@ -121,17 +120,6 @@ class RunSession:
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), model)
         gevent.spawn(self.driver.run_to_end)
-
-    def _coordination(self, config: RunConfig) -> Coordination:
-        opts = self.opts
-        flush = partial(flush_prefix_cache, self.target.url, api_key_of(opts), not opts.insecure)
-        run_dir = self.run_dir
-        return Coordination(
-            build_body=lambda job: chat_body(config.settings, job.messages, **job.params),
-            dispatch=self.users.dispatch, announce=self.users.announce, capacity=self.users.capacity,
-            streams_in_flight=self.users.streams_in_flight, flush=flush, records=lambda: read_records(run_dir),
-            note=self.note_in_manifest, cell_events=events.cell, lead_time_s=self.users.lead_time_s,
-            settle_s=self.users.settle_s, request_timeout_s=opts.request_timeout)
 
     def _write_first_manifest(self, config: RunConfig, model_warning: str | None) -> None:
         profile_file = self.opts.profile if self.plays_load_modes else None
@@ -157,11 +145,6 @@ class RunSession:
             self.intake.close()
         self.summary_text = write_summary(self.run_dir, self.manifest, self.opts.csv_prefix)
 
-    def add_to_html_report(self) -> None:
-        """Locust has written its `--html` report: the run's summary goes in it too."""
-        if self.opts.html_file and self.summary_text and self.run_dir is not None:
-            llmstats.add_to_html_report(self.opts.html_file, self.summary_text, self.run_dir)
-
     def stop(self, reason: str) -> None:
         """Ends the test early, with `reason` in the summary and the manifest."""
         self.manifest["stopped_early"] = reason
@@ -177,11 +160,6 @@ class RunSession:
         """A record from this process's users (or one that a lost worker can no longer send)."""
         if self.intake is not None:
             self.intake.take_record(record)
-
-    def take_lost(self, record: RequestRecord) -> None:
-        """The failed record of a request a lost worker held: counted by Locust too, and kept."""
-        fire_request_event(self.environment, record, stats_name(record.case, record.cell, record.scenario))
-        self.take_record(record)
 
     def live_add(self, source: str, snapshot: dict[str, Any]) -> None:
         """A process's running figures of its streams (once a second), for the live charts."""
@@ -214,3 +192,15 @@ class RunSession:
         self.manifest[key] = value
         if self.run_dir is not None:
             write_manifest(self.run_dir, self.manifest)
+
+
+def coordination(session: "RunSession", config: RunConfig) -> Coordination:
+    """What the test's driver may ask of the session and its users' processes."""
+    opts, users, run_dir = session.opts, session.users, session.run_dir
+    flush = partial(flush_prefix_cache, session.target.url, api_key_of(opts), not opts.insecure)
+    return Coordination(
+        build_body=lambda job: chat_body(config.settings, job.messages, **job.params),
+        dispatch=users.dispatch, announce=users.announce, capacity=users.capacity,
+        streams_in_flight=users.streams_in_flight, flush=flush, records=lambda: read_records(run_dir),
+        note=session.note_in_manifest, cell_events=events.cell, lead_time_s=users.lead_time_s,
+        settle_s=users.settle_s, request_timeout_s=opts.request_timeout)

@@ -29,7 +29,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
-from loadlib.run import options, webui
+from loadlib.run import llmstats, options, webui
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
                                 run_profile, usage_error)
@@ -79,7 +79,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
     if isinstance(runner, MasterRunner):
-        session.users = WorkerUsers(environment, session.take_lines, session.take_lost, session.live_add,
+        session.users = WorkerUsers(environment, session.take_lines, session.take_record, session.live_add,
                                     session.stop, respawn_lost_users=plays_load_modes)
     else:
         run = ProcessRun(environment, settings, LocalSink(session.take_record), watch)
@@ -91,7 +91,13 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     environment.events.test_start.add_listener(lambda **_: session.begin())
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: target.stop())
-    environment.events.quit.add_listener(lambda **_: session.add_to_html_report())
+    environment.events.quit.add_listener(lambda **_: _summary_into_html_report(session))
+
+
+def _summary_into_html_report(session: RunSession) -> None:
+    """Locust has written its `--html` report: the last test's summary goes in it too."""
+    if session.opts.html_file and session.summary_text and session.run_dir is not None:
+        llmstats.add_to_html_report(session.opts.html_file, session.summary_text, session.run_dir)
 
 
 def _checked_inputs(opts: Any, plays_load_modes: bool) -> Any:

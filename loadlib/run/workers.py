@@ -32,6 +32,7 @@ from loadlib.run.processes import LostWorker, UserProcesses
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, FLUSH_S, MODE_MESSAGE,
                                  PID_MESSAGE, RECORDS_MESSAGE)
 from loadlib.run.selfwatch import SelfWatch
+from loadlib.run.users import fire_request_event, stats_name
 
 log = logging.getLogger("uni-bench")
 
@@ -46,11 +47,11 @@ class WorkerUsers(UserProcesses):
     settle_s = FLUSH_S + 0.2  # a worker's count of requests in flight comes with its batches
 
     def __init__(self, environment: Environment, take_lines: Callable[[bytes], None],
-                 take_lost: Callable[[RequestRecord], None], add_live: Callable[[str, dict[str, Any]], None],
+                 take_record: Callable[[RequestRecord], None], add_live: Callable[[str, dict[str, Any]], None],
                  stop: Callable[[str], None], respawn_lost_users: bool) -> None:
         super().__init__(environment)
         self.runner: MasterRunner = environment.runner
-        self._take_lines, self._take_lost, self._add_live, self._stop = take_lines, take_lost, add_live, stop
+        self._take_lines, self._take_record, self._add_live, self._stop = take_lines, take_record, add_live, stop
         self.respawn_lost_users = respawn_lost_users
         self.master_watch = SelfWatch(role="master")
         self.held: dict[str, tuple[str, Assignment]] = {}  # request id -> (worker id, assignment)
@@ -116,6 +117,11 @@ class WorkerUsers(UserProcesses):
         deadline = time.time() + FINAL_BATCHES_WAIT_S + 1.0
         while time.time() < deadline and self._alive() - self._drained:
             gevent.sleep(0.02)
+
+    def _take_lost(self, record: RequestRecord) -> None:
+        """The failed record of a request a lost worker held: counted by Locust too, and kept."""
+        fire_request_event(self.environment, record, stats_name(record.case, record.cell, record.scenario))
+        self._take_record(record)
 
     def _alive(self) -> set[str]:
         return {node.id for node in self.runner.clients.values() if node.state != STATE_MISSING}
