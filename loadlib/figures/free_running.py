@@ -141,11 +141,13 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     """The steady part of a free-running run: from the first to the last moment the number of
     requests in flight is at or above its time-weighted median (this leaves out ramp-up and
     drain, whatever the load shape). Its requests are those sent within it (`steady_requests`)."""
-    sent_sorted, end_sorted = np.sort(sent_at), np.sort(end_at)
-    times = np.sort(np.concatenate([sent_sorted, end_sorted]), kind="stable")  # two sorted runs: merged in O(n)
-    times = times[np.concatenate([[True], times[1:] != times[:-1]])]  # each moment once (no NaN here)
+    events = np.concatenate([np.sort(sent_at), np.sort(end_at)])
+    order = np.argsort(events, kind="stable")  # two sorted runs: merged in O(n)
+    events = events[order]
+    running = np.where(order < len(sent_at), 1, -1).cumsum()  # +1 a send, -1 an end
+    last = np.flatnonzero(np.append(events[1:] != events[:-1], True))  # each moment once, after all its events
     # in flight from times[i] to times[i + 1]: sent by then minus ended by then
-    level = np.searchsorted(sent_sorted, times, "right") - np.searchsorted(end_sorted, times, "right")
+    times, level = events[last], running[last]
     held = np.diff(times)
     if held.sum() <= 0:
         return float(times[0]), float(times[-1])
