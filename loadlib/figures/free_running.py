@@ -85,14 +85,21 @@ def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[BY_LENGTH_COLUMNS]
 
 
+DIRECT_EDGES = 8  # up to this many points, `_cumulative_overlap` sums directly (O(n) each) instead of sorting
+
+
 def _cumulative_overlap(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
                         at: np.ndarray) -> np.ndarray:
     """For each t in `at`: sum_i weights_i * (clip(t, start_i, end_i) - start_i).
 
     The integral up to t of the weighted count of intervals open at t; with weights 1 it is
     busy stream-seconds, with token rates it is tokens delivered. Sorting plus cumulative
-    sums make it O((n + len(at)) log n). Times must be relative (small), not epoch seconds.
+    sums make it O((n + len(at)) log n); for a few points a direct sum per point is cheaper.
+    Times must be relative (small), not epoch seconds.
     """
+    if len(at) <= DIRECT_EDGES:  # a window's two edges: a weighted sum per edge, no sort
+        return np.array([float(np.dot(weights, np.clip(t, starts, ends) - starts)) for t in at])
+
     def swept(points: np.ndarray) -> np.ndarray:
         order = np.argsort(points, kind="stable")
         sorted_points, w = points[order], weights[order]
