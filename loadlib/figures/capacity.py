@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import meets_slo
-from loadlib.figures.free_running import steady_requests, steady_window
+from loadlib.figures.free_running import SteadyCell, steady_cell, steady_requests
 
 RESAMPLES = 1000  # resamples of a level's requests
 RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the resampling goes in chunks beyond)
@@ -193,19 +193,11 @@ def pooled(flows: Iterable[Flow]) -> Flow:
                 sum(one.latency_s * one.n for one in flows) / n, total("in_flight") / window)
 
 
-def level_flow(cells: Iterable[pd.DataFrame]) -> Flow:
-    """A level's `Flow`: each of its cells' records (`sent_at`, `end_at`, `ok`) over that cell's
-    steady window (`free_running.steady_window`), pooled."""
-    flows = []
-    for frame in cells:
-        if frame.empty:
-            continue
-        origin = float(frame["sent_at"].min())
-        sent = frame["sent_at"].to_numpy(dtype=float) - origin
-        end = frame["end_at"].to_numpy(dtype=float) - origin
-        closed = np.where(np.isnan(end), sent, end)
-        flows.append(flow(sent, end, frame["ok"].to_numpy(dtype=bool), *steady_window(sent, closed)))
-    return pooled(flows)
+def level_flow(cells: Iterable[SteadyCell]) -> Flow:
+    """A level's `Flow`: each of its cells (`free_running.steady_cell`) over that cell's steady
+    window, pooled."""
+    return pooled(flow(sent, end, group["ok"].to_numpy(dtype=bool), start, stop)
+                  for _name, group, _origin, sent, end, start, stop in cells)
 
 
 @dataclass(frozen=True)
@@ -247,27 +239,33 @@ LEVEL_COLUMNS = ["value", "n", "block", "resamples", "pass_share_blocks", "windo
                  "little_expected_in_flight", "little_gap", "little_holds"]
 
 
-def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None) -> pd.DataFrame:
+def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
+                cells: Iterable[SteadyCell] | None = None) -> pd.DataFrame:
     """Per level of a capacity search as the manifest keeps it (`search["variable"]`, `search["slo"]`,
     `search["levels"]`, each with its `value` and `cells`): its requests (`n`), the moving-block
     bootstrap's `block` and `resamples`, `pass_share_blocks` (`slo_met_share` over the level's
     requests in send order, seeded by `level_seed`), its `Flow` (`level_flow`), and Little's law
-    there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`)."""
+    there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`). `cells` saves recomputing the
+    cells' steady windows for a caller that has them (`free_running.steady_cells`)."""
     search = search or {}
     levels = search.get("levels") or []
     if not levels:
         return pd.DataFrame(columns=LEVEL_COLUMNS)
     criteria = Criteria.of(search.get("slo") or {})
     users = search.get("variable") == "users"
-    by_cell = dict(iter(df.groupby("cell", sort=False, observed=True))) if len(df) else {}
+    if cells is None:
+        cells = [steady_cell(str(name), group)
+                 for name, group in df.groupby("cell", sort=False, observed=True)] if len(df) else []
+    by_cell = {cell[0]: cell for cell in cells}
     rows = []
     for level in levels:
-        frames = [by_cell[cell] for cell in level["cells"] if cell in by_cell]
-        frame = pd.concat(frames).sort_values("sent_at", kind="stable") if frames else df.iloc[:0]
+        found = [by_cell[cell] for cell in level["cells"] if cell in by_cell]
+        frame = pd.concat([cell[1] for cell in found]).sort_values("sent_at", kind="stable") if found \
+            else df.iloc[:0]
         n = len(frame)
         share = slo_met_share(frame["ok"].to_numpy(), frame["ttft_s"].to_numpy(), frame["decode_tps"].to_numpy(),
                               criteria, level_seed(level["cells"]))
-        measured = level_flow(frames)
+        measured = level_flow(found)
         law = (littles_law(measured, users=level["value"]) if users
                else littles_law(measured, offered_rps=level["value"]))
         rows.append({"value": level["value"], "n": n, "block": block_length(n) if n else None,

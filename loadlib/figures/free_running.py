@@ -319,16 +319,18 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
 
 
 def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
-    """Each free-running cell with its records, its first send (epoch s), its send and end times
-    (s from that first send) and its steady window (`steady_window`): what the steady-state
-    tables share, found once (a million records take a noticeable time to sort)."""
+    """Each free-running cell as `steady_cell` finds it: what the steady-state tables share, found
+    once (a million records take a noticeable time to sort)."""
     free = df.loc[~df["case"].isin((SINGLE, *CONCURRENT_CASES)), STEADY_INPUTS]
-    cells = []
-    for cell, group in free.groupby("cell", sort=False, observed=True):
-        origin = float(group["sent_at"].min())
-        sent = (group["sent_at"] - origin).to_numpy()
-        end = (group["end_at"] - origin).to_numpy()
-        end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
-        cells.append((str(cell), group, origin, sent, end, *steady_window(sent, end)))
-    return cells
+    return [steady_cell(str(cell), group) for cell, group in free.groupby("cell", sort=False, observed=True)]
+
+
+def steady_cell(name: str, group: pd.DataFrame) -> SteadyCell:
+    """One cell's records (`sent_at`, `end_at`, ...) with its first send (epoch s), its send and
+    end times (s from that first send) and its steady window (`steady_window`)."""
+    origin = float(group["sent_at"].min())
+    sent = (group["sent_at"] - origin).to_numpy(dtype=float)
+    end = (group["end_at"] - origin).to_numpy(dtype=float)
+    end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
+    return (name, group, origin, sent, end, *steady_window(sent, end))
 

@@ -11,7 +11,7 @@ failed, or not made (and then why not).
   those the server held (running + queued); their means within `IN_FLIGHT_LIMIT`.
 - `littles_law` (free-running cells): over the steady window, the mean requests in flight against
   arrival rate x mean latency of the window's requests (Little's law, L = λW), within
-  `LITTLE_LIMIT`: a cell whose queue grew or drained was not steady.
+  `LITTLE_TOLERANCE` (the capacity search's): a cell whose queue grew or drained was not steady.
 - `cache_state` (cells that meant a cache state): the state each request met (`cache_observed`)
   against the state the cell meant (`cache_intended`).
 - `accept_length`: the client's tok/chunk against the server's accept length, as the server view
@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from loadlib.figures.capacity import LITTLE_TOLERANCE, flow
 from loadlib.figures.client_limits import LAG_LIMIT_S, client_limited
 from loadlib.figures.free_running import SteadyCell, steady_requests
 from loadlib.figures.scenario_tables import cache_state_table
@@ -47,7 +48,6 @@ from loadlib.truth.server_figures import ServerCell
 from loadlib.wire.flavours import FLAVOURS
 
 TOKEN_LIMIT = 0.02  # client and server counts of tokens and requests may differ by this share
-LITTLE_LIMIT = 0.10  # in flight against throughput x latency
 LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh too much to judge
 # Requests in flight: the server's running/queued are gauges read at a few instants (SGLang
 # updates them once per logging interval), and a request spends a moment in the client's socket
@@ -245,19 +245,18 @@ def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Ver
 
 def littles_law(cell: SteadyCell) -> Verdict:
     """Over the steady window: mean in flight (L) against arrival rate x mean latency (λW) of the
-    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_LIMIT`."""
-    _name, _group, _origin, sent, end, start, stop = cell
-    picked = steady_requests(sent, start, stop)
-    n, length = int(picked.sum()), stop - start
-    if n < LITTLE_MIN_REQUESTS or length <= 0:
+    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`."""
+    _name, group, _origin, sent, end, start, stop = cell
+    window = flow(sent, end, group["ok"].to_numpy(dtype=bool), start, stop)
+    n = int(steady_requests(sent, start, stop).sum())
+    if n < LITTLE_MIN_REQUESTS or window.window_s <= 0:
         return None, f"too few requests in the steady window ({n}; {LITTLE_MIN_REQUESTS} at least)"
-    in_flight = float((np.clip(end, start, stop) - np.clip(sent, start, stop)).sum() / length)
-    rate, latency = n / length, float((end[picked] - sent[picked]).mean())
+    rate, latency = n / window.window_s, window.latency_s
     expected = rate * latency
-    relative = in_flight / expected - 1 if expected else math.inf
-    shown = (f"{in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
+    relative = window.in_flight / expected - 1 if expected else math.inf
+    shown = (f"{window.in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
              f"= {expected:.1f} ({relative * 100:+.1f}%)")
-    if abs(relative) <= LITTLE_LIMIT:
+    if abs(relative) <= LITTLE_TOLERANCE:
         return True, shown
     return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
                    "(a queue grew or drained during it)")

@@ -79,7 +79,7 @@ def _prefill(run: RunData) -> Section:
 
 
 CONTENTS: list[Entry] = [
-    Entry(lambda run: search_section(run.manifest, level_table(run.df, run.manifest.get("search")))),
+    Entry(lambda run: search_section(run.manifest, level_table(run.df, run.manifest.get("search"), run.steady_cells))),
     Entry(lambda run: summary.protocol_sections(run.tables), when=_ran_protocol),
     Entry(lambda run: sections.steady_state(run.steady, run.slo)),
     Entry(lambda run: sections.streams_held(free_running.streams_held(run.steady, run.df))),

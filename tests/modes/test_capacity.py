@@ -14,6 +14,7 @@ import pytest
 from loadlib.figures import capacity
 from loadlib.figures.capacity import (Criteria, block_length, flow, level_flow, level_table, littles_law, resample_rows,
                                       slo_met_share)
+from loadlib.figures.free_running import steady_cell
 from loadlib.modes.search import judge
 from loadlib.profiles import Slo
 
@@ -102,7 +103,7 @@ def fifo(rate_rps: float, service_s: float, duration_s: float) -> pd.DataFrame:
 
 
 def test_a_busy_closed_loop_agrees_with_littles_law_and_delivers_streams_over_latency():
-    flow = level_flow([closed_loop(4, 0.5, 60)])
+    flow = level_flow([steady_cell("c", closed_loop(4, 0.5, 60))])
     assert flow.in_flight == pytest.approx(4, rel=0.01) and flow.latency_s == pytest.approx(0.5)
     assert flow.delivered_rps == pytest.approx(8, rel=0.01)
     law = littles_law(flow, users=4)
@@ -111,7 +112,7 @@ def test_a_busy_closed_loop_agrees_with_littles_law_and_delivers_streams_over_la
 
 def test_closed_loop_streams_idle_between_requests_put_fewer_in_flight_than_the_users():
     """4 users, 0.4 s requests, 0.1 s idle after each: 8 req/s x 0.4 s = 3.2 in flight, 20 % short of 4."""
-    law = littles_law(level_flow([closed_loop(4, 0.4, 60, idle_s=0.1)]), users=4)
+    law = littles_law(level_flow([steady_cell("c", closed_loop(4, 0.4, 60, idle_s=0.1))]), users=4)
     assert law.rate_rps == pytest.approx(8, rel=0.01) and law.gap == pytest.approx(-0.2, abs=0.01)
     assert not law.holds
 
@@ -120,10 +121,10 @@ def test_an_open_loop_offered_more_than_the_server_serves_breaks_littles_law_by_
     """10 req/s offered to a server that ends 8 per second (one at a time, 0.125 s each): it delivers
     8 req/s, the queue grows, and 10 req/s x the mean latency is 10/8 - 1 = 25 % above the mean in
     flight. At 12.5 per second it keeps up: the law holds."""
-    flooded = level_flow([fifo(10, 0.125, 30)])
+    flooded = level_flow([steady_cell("c", fifo(10, 0.125, 30))])
     assert flooded.delivered_rps == pytest.approx(8, rel=0.02)
     assert littles_law(flooded, offered_rps=10).gap == pytest.approx(0.25, abs=0.02)
-    kept_up = level_flow([fifo(10, 0.08, 30)])
+    kept_up = level_flow([steady_cell("c", fifo(10, 0.08, 30))])
     assert kept_up.delivered_rps == pytest.approx(10, rel=0.01) and littles_law(kept_up, offered_rps=10).holds
 
 
