@@ -38,6 +38,7 @@ import pandas as pd
 
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import SteadyCell, steady_cell, steady_requests
+from loadlib.figures.uncertainty import block_resample_indices
 
 RESAMPLES = 1000  # resamples of a level's requests
 RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the resampling goes in chunks beyond)
@@ -78,18 +79,6 @@ def block_length(n: int) -> int:
     return max(1, round(n ** (1 / 3)))
 
 
-def resample_rows(rng: np.random.Generator, n: int, rows: int, block: int = 1) -> np.ndarray:
-    """`rows` moving-block resamples of `range(n)` (rows x n): each row is ceil(n / block) blocks
-    of `block` consecutive indices, starting anywhere from 0 to n - block, cut to n. With `block`
-    1 it is the ordinary bootstrap (the same draws as `rng.integers(0, n, (rows, n))`)."""
-    block = min(max(block, 1), n)
-    count = -(-n // block)
-    starts = rng.integers(0, n - block + 1, (rows, count))
-    if block == 1:
-        return starts
-    return (starts[:, :, None] + np.arange(block)).reshape(rows, count * block)[:, :n]
-
-
 def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
                    decode_q: float) -> np.ndarray:
     """Per row of (resampled) requests: TTFT's `ttft_q` quantile, decode's `decode_q` quantile
@@ -104,13 +93,13 @@ def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft
 def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
                          seed: int, resamples: int = RESAMPLES, block: int = 1) -> np.ndarray:
     """`slo_statistics` of `resamples` resamples of the requests (3 x resamples), by blocks of
-    `block` requests in the order given (`resample_rows`), in chunks of bounded memory."""
+    `block` requests in the order given (`uncertainty.block_resample_indices`), in chunks of bounded memory."""
     rng = np.random.default_rng(seed)
     n = len(ttft)
     chunk = max(RESAMPLE_CELLS // n, 1)
     parts = []
     for begin in range(0, resamples, chunk):
-        index = resample_rows(rng, n, min(chunk, resamples - begin), block)
+        index = block_resample_indices(rng, n, min(chunk, resamples - begin), block)
         parts.append(slo_statistics(ttft[index], decode[index], meets[index], ttft_q, decode_q))
     return np.hstack(parts)
 

@@ -57,7 +57,7 @@ import pandas as pd
 from loadlib.figures import free_running
 from loadlib.figures.goodput import GoodputSlo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
-from loadlib.figures.uncertainty import samples_needed
+from loadlib.figures.uncertainty import block_resample_indices, samples_needed
 from loadlib.scenarios.base import SINGLE
 
 LEVEL = 0.95
@@ -255,11 +255,7 @@ def resample(units: np.ndarray, block: int, rng: np.random.Generator, count: int
     blocks of `block` consecutive units from uniform starting points, wrapping past the end (so
     that every unit is as likely as any other); block 1 is the ordinary bootstrap.
     Shape (count, n, width)."""
-    n = len(units)
-    blocks = -(-n // block)
-    starts = rng.integers(0, n, size=(count, blocks))
-    index = (starts[:, :, None] + np.arange(block)).reshape(count, -1)[:, :n] % n
-    return units[index]
+    return units[block_resample_indices(rng, len(units), count, block, circular=True)]
 
 
 def block_length(series: np.ndarray) -> int:

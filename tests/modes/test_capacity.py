@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from loadlib.figures import capacity
-from loadlib.figures.capacity import (Criteria, block_length, flow, level_flow, level_table, littles_law, resample_rows,
+from loadlib.figures.capacity import (Criteria, block_length, flow, level_flow, level_table, littles_law,
                                       slo_met_share)
 from loadlib.figures.free_running import steady_cell
+from loadlib.figures.uncertainty import block_resample_indices
 from loadlib.modes.search import judge
 from loadlib.profiles import Slo
 
@@ -75,11 +76,12 @@ def test_the_search_judges_by_the_same_rule_with_single_request_resamples():
 
 
 def test_moving_block_resamples_are_runs_of_consecutive_requests_and_one_is_the_ordinary_bootstrap():
-    rows = resample_rows(np.random.default_rng(0), 10, 500, block=3)
+    rows = block_resample_indices(np.random.default_rng(0), 10, 500, block=3)
     assert rows.shape == (500, 10) and rows.min() == 0 and rows.max() == 9
     for row in rows:  # blocks of 3 consecutive indices, the last cut to 1
         assert all(row[i + 1] == row[i] + 1 for start in (0, 3, 6) for i in range(start, start + 2))
-    assert (resample_rows(np.random.default_rng(5), 10, 4) == np.random.default_rng(5).integers(0, 10, (4, 10))).all()
+    ordinary = np.random.default_rng(5).integers(0, 10, (4, 10))
+    assert (block_resample_indices(np.random.default_rng(5), 10, 4) == ordinary).all()
     assert [block_length(n) for n in (1, 8, 27, 1000)] == [1, 2, 3, 10]
 
 
