@@ -9,6 +9,7 @@ from typing import Any, Callable
 import gevent
 import orjson
 
+from loadlib.records import RequestRecord
 from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http
 
 log = logging.getLogger("uni-bench")
@@ -27,6 +28,11 @@ class EarlyStop:
             reason = self.first.see(record)
             if reason is not None:
                 gevent.spawn(self._stop_with, reason)
+
+    def see_record(self, record: RequestRecord) -> None:
+        """A `RequestRecord` of this process's users; made a dict only while the first are watched."""
+        if self.first.watching:
+            self.see([record.to_dict()])
 
     def see_lines(self, lines: bytes) -> None:
         if self.first.watching:

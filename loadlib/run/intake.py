@@ -38,7 +38,7 @@ class RecordIntake:
         self.journal.append_lines(line + b"\n")
         self._take([line], [record.to_dict()] if self._parses else None)
         if self.early_stop is not None:
-            self.early_stop.see([record.to_dict()])
+            self.early_stop.see_record(record)
 
     def take_lines(self, lines: bytes) -> None:
         """A worker's batch: JSON lines joined by newlines."""
