@@ -11,7 +11,7 @@ from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line, summary_dict
-from loadlib.report.validity import judged, run_checks
+from loadlib.report.validity import judged
 
 
 def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
@@ -19,7 +19,7 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
     data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
     if judged(run.path, run.manifest):
-        found["validity"] = validity_summary(run_checks(run.path, run.records, run.manifest, data.steady_cells))
+        found["validity"] = validity_summary(data.checks)
     sections = build_sections(data, report=True)
     if run.locust is not None:
         sections += locust_csv.sections(run.locust)

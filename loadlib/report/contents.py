@@ -19,11 +19,12 @@ import pandas as pd
 from loadlib.figures import free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
+from loadlib.figures.validity import Check
 from loadlib.report import protocol as summary
 from loadlib.report import sections, server_view
 from loadlib.report.document import Section
 from loadlib.report.lost_workers import lost_workers_section
-from loadlib.report.validity import judged, validity_section
+from loadlib.report.validity import checks_section, judged, run_checks
 from loadlib.report.search import search_section
 from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
 
@@ -54,6 +55,11 @@ class RunData:
     @cached_property
     def steady(self) -> pd.DataFrame:
         return free_running.steady_state_table(self.df, self.slo.ttft_s, self.slo.decode_tps, self.steady_cells)
+
+    @cached_property
+    def checks(self) -> list[Check]:
+        """Each cell's validity checks (`loadlib.report.validity.run_checks`), for its section and JSON."""
+        return run_checks(self.run_dir, self.df, self.manifest, self.steady_cells)
 
     @cached_property
     def long_context(self) -> bool:
@@ -94,7 +100,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
-    Entry(lambda run: validity_section(run.run_dir, run.df, run.manifest, run.steady_cells),
+    Entry(lambda run: checks_section(run.checks),
           when=lambda run: judged(run.run_dir, run.manifest)),
     # the report's own, after the summary
     Entry(lambda run: summary.single_details(run.tables), report_only=True),

@@ -59,11 +59,6 @@ def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:
     return run_dir is not None and bool({"server", "client_watch"} & set(manifest))
 
 
-def validity_section(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
-                     steady_cells: Iterable[SteadyCell] = ()) -> Section:
-    return checks_section(run_checks(run_dir, records, manifest, steady_cells))
-
-
 def checks_section(checks: Sequence[Check]) -> Section:
     data = pd.DataFrame([asdict(c) for c in checks], columns=COLUMNS).astype({"ok": object})
     failed = sum(c.ok is False for c in checks)
