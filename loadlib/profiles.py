@@ -21,6 +21,7 @@ from loadlib.modes.trace import TraceLoad
 from loadlib.scenarios import KINDS
 from loadlib.scenarios.spec import Strict, Thinking
 from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
+from loadlib.wire.connection import Endpoint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,6 +72,26 @@ ScenarioSpec = Annotated[Union[tuple(kind.schema for kind in KINDS.values())], F
 Load = Annotated[Union[tuple(mode.schema for mode in MODES.values())], Field(discriminator="mode")]
 
 
+class TargetSpec(Strict):
+    """One server of an A/B run: its `label` (the records' `target`) and its `host`, or, with no
+    host, a built-in simulator of its own started with `sim_args` (a check before GPU hours)."""
+
+    label: str = Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    host: str = ""
+    sim_args: str = ""
+
+    @model_validator(mode="after")
+    def _host_or_simulator(self) -> "TargetSpec":
+        if self.host and self.sim_args:
+            raise ValueError("sim_args is for a target without host (a built-in simulator of its own)")
+        if self.host:
+            try:
+                Endpoint.parse(self.host)
+            except ValueError as exc:
+                raise ValueError(f"host: {exc}") from None
+        return self
+
+
 class Profile(Strict):
     """A whole profile. `scenarios` maps a name (the records' `scenario`) to its settings; the
     name is also the scenario's kind unless the table says `kind = ...`, so one kind can appear
@@ -82,6 +103,18 @@ class Profile(Strict):
     load: Load = RoundsLoad()
     scenarios: dict[str, ScenarioSpec] = Field(default_factory=dict)  # none with mode = "trace"
     slo: Slo = Field(Slo(), validate_default=True)  # validated even when absent: the search mode needs one
+    targets: list[TargetSpec] = Field(default_factory=list)  # an A/B run: cells alternate between them
+
+    @field_validator("targets")
+    @classmethod
+    def _distinct_labels(cls, targets: list[TargetSpec], info: ValidationInfo) -> list[TargetSpec]:
+        labels = [target.label for target in targets]
+        repeated = next((label for label in labels if labels.count(label) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"label {repeated!r} names two targets")
+        if targets and isinstance(info.data.get("load"), SearchLoad):
+            raise ValueError("the search mode runs against one server: run it once per target")
+        return targets
 
     @field_validator("slo")
     @classmethod

@@ -35,6 +35,12 @@ import pyarrow.json as pa_json
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
 
 RECORDS_FILE = "records.jsonl"
+TARGETS_DIR = "targets"  # an A/B run's per-server files (scrapes, server info), one folder per label
+
+
+def target_dir(run_dir: str | os.PathLike[str], label: str) -> Path:
+    """Where an A/B run keeps the server-side files of the target labelled `label`."""
+    return Path(run_dir) / TARGETS_DIR / label
 IN_MEMORY_FIELDS = ("text", "reasoning_text")  # a record's fields that the journal does not keep
 
 
@@ -74,6 +80,7 @@ class RequestRecord:
     queue_s: float | None = None  # client-side wait: send time minus the scheduled start
     turn: int | None = None  # turn within a multi-turn conversation, from 0
     measured: bool = True  # False for warm-up, priming and calibration requests
+    target: str = ""  # an A/B run's server, by its label in the profile's [[targets]]; "": the one server
     # Output chunks read in the same socket read as the first (None: no first token). A read
     # carries the kernel receive stamp of its last segment: at 1 the TTFT is the first token's
     # own arrival; above 1 the server sent them together or the client read late, and the TTFT
@@ -232,6 +239,8 @@ def frame_from_columns(columns: Mapping[str, Any] | pd.DataFrame) -> pd.DataFram
         df[untyped] = df[untyped].astype(TEXT_DTYPE)
     if not df["measured"].all():
         df = df[df["measured"]].reset_index(drop=True)
+    if df["target"].isna().any():  # journals from before A/B runs: their one server
+        df["target"] = df["target"].fillna("")
     ok = df["ok"] = df["error"].isna()
     comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
     df["decode_tps"] = decode_tps(comp, ttft, total).where(ok & (total > ttft))

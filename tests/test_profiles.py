@@ -113,6 +113,14 @@ def test_a_broken_profile_stops_the_run_with_one_line_and_exit_code_2(tmp_path, 
     ('[scenarios.protocol]\nsingle = ["code", "poetry"]\n', "scenarios.protocol.single: unknown prompt 'poetry'"),
     ('[scenarios.long-context]\nsizes = [3000, 3000]\n', "scenarios.long-context.sizes: sizes must be distinct"),
     ('[scenarios.vision]\n[slo]\nttft = 2\n', "slo.ttft: unknown key"),
+    ('[scenarios.vision]\n[[targets]]\nlabel = "A"\n[[targets]]\nlabel = "A"\n', "targets: label 'A' names two targets"),
+    ('[scenarios.vision]\n[[targets]]\nlabel = "A B"\n', "targets.0.label: String should match pattern"),
+    ('[scenarios.vision]\n[[targets]]\nhost = "http://a:1"\n', "targets.0.label: missing (required)"),
+    ('[scenarios.vision]\n[[targets]]\nlabel = "A"\nhost = "ftp://a"\n', "targets.0: host: "),
+    ('[scenarios.vision]\n[[targets]]\nlabel = "A"\nhost = "http://a:1"\nsim_args = "--time-scale 0.1"\n',
+     "targets.0: sim_args is for a target without host"),
+    ('[load]\nmode = "search"\nvariable = "users"\nstart = 1\nduration_s = 5\n[scenarios.vision]\n'
+     '[slo]\nttft_s = 1\nttft_p = 90\n[[targets]]\nlabel = "A"\n', "targets: the search mode runs against one server"),
 ])
 def test_profile_errors_name_the_file_and_the_key(tmp_path, text, message):
     path = tmp_path / "p.toml"

@@ -70,7 +70,7 @@ class ArrivalSlots(ModeState):
         job = arrival.scenario.next(arrival.stream) if arrival.request is None else \
             arrival.scenario.job_for(arrival.request)
         tag = RequestTag(job.scenario, arrival.cell.name, arrival.cell.concurrency, arrival.cell.case,
-                         slot=arrival.stream)
+                         slot=arrival.stream, target=arrival.cell.target)
         record = user.send(user.body_of(job), tag, scheduled_at=arrival.at, job=job,
                            measured=arrival.cell.name != WARMUP)
         arrival.scenario.observe(job, record.to_dict())

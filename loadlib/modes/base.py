@@ -77,6 +77,7 @@ class Phase:
     duration_s: float | None = None  # a free-running cell's time
     started_at: float | None = None
     note: str = ""  # the capacity search's bracket
+    target: str = ""  # an A/B run's server now measured
 
     def with_note(self, note: str) -> "Phase":
         return replace(self, note=note)
@@ -88,8 +89,8 @@ class Coordination:
 
     `dispatch` hands assignments to the users that run them; `announce` sends a message to the
     mode's state on every process that runs users; `capacity` is the users spawned now;
-    `streams_in_flight` the requests being sent now, over every process; `flush` empties the
-    server's prefix cache; `records` reads the run's journal; `note` writes a key of the manifest.
+    `streams_in_flight` the requests being sent now, over every process; `flush` empties a
+    server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     """
@@ -99,7 +100,7 @@ class Coordination:
     announce: Callable[[dict[str, Any]], None]
     capacity: Callable[[], int]
     streams_in_flight: Callable[[], int]
-    flush: Callable[[], str] | None
+    flush: Callable[[str], str] | None
     records: Callable[[], Iterable[dict[str, Any]]]
     note: Callable[[str, Any], None]
     cell_events: "EventHook"
@@ -155,7 +156,7 @@ class Driver:
     # --- for subclasses -----------------------------------------------------------------------
 
     def start_cell(self, cell: Cell, **phase: Any) -> None:
-        self.phase = Phase("running", cell.name, cell.case, cell.concurrency, **phase)
+        self.phase = Phase("running", cell.name, cell.case, cell.concurrency, target=cell.target, **phase)
         self.run.cell_events.fire(cell=cell, phase="start")
 
     def end_cell(self, cell: Cell) -> None:
@@ -165,7 +166,7 @@ class Driver:
                measured: bool = True) -> Assignment:
         """An assignment for `job` in `cell`; its record goes back to the scenario when measured."""
         tag = RequestTag(scenario=job.scenario, cell=cell.name, concurrency=cell.concurrency,
-                         case=cell.case, round=round_index, slot=slot)
+                         case=cell.case, round=round_index, slot=slot, target=cell.target)
         assignment = Assignment(uuid.uuid4().hex, start_at, self.run.build_body(job), tag, job.cache,
                                 measured, job.turn)
         self._callbacks[assignment.request_id] = (lambda record: cell.scenario.observe(job, record)) if measured \
@@ -193,18 +194,19 @@ class Driver:
                         len(assignments) - len(records))
         return [records.get(a.request_id, {}) for a in assignments]
 
-    def prepare(self, scenario: Scenario) -> None:
-        """The scenario's priming and calibration, as unmeasured requests one at a time."""
+    def prepare(self, scenario: Scenario, target: str = "") -> None:
+        """The scenario's priming and calibration, as unmeasured requests one at a time to `target`."""
         def send(jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
-            cell = Cell(purpose, purpose, scenario, 1)
+            cell = Cell(purpose, purpose, scenario, 1, target=target)
             return [self.play_batch([self.assign(job, cell, time.time(), 0, measured=False)], purpose)[0]
                     for job in jobs]
         scenario.prepare(send)
 
-    def flush_cache(self) -> None:
+    def flush_cache(self, target: str = "") -> None:
+        """Empties the prefix cache of `target` (an A/B run's label; "": the run's one server)."""
         if self.run.flush is None:
             return
-        outcome = self.run.flush()
+        outcome = self.run.flush(target)
         if outcome not in self.flushes and outcome != "flushed":
             log.warning("flush_cache: %s; cold requests rely on unique prompts only", outcome)
         self.flushes[outcome] += 1
@@ -236,6 +238,22 @@ class Driver:
             if quiet_since is not None and time.time() - quiet_since >= self.run.settle_s:
                 return
             gevent.sleep(0.05)
+
+
+def target_labels(profile: "Profile") -> list[str]:
+    """The labels of an A/B run's targets, in the profile's order; [""] for a run of one server."""
+    return [target.label for target in profile.targets] or [""]
+
+
+def alternate(plans: list[list[Cell]]) -> list[Cell]:
+    """One plan of cells per target, merged cell by cell (A's first, B's first, A's second, ...),
+    so that each cell of every target runs at nearly the same hour with the same client."""
+    return [cell for cells in zip(*plans) for cell in cells]
+
+
+def by_position(plan: list[Cell], targets: int) -> list[list[Cell]]:
+    """An `alternate`d plan back in groups: the same cell of every target."""
+    return [plan[start:start + targets] for start in range(0, len(plan), targets)]
 
 
 class ModeState:

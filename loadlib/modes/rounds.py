@@ -10,13 +10,15 @@ sent to its process, one at a time, and sends each at its start time.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import gevent
 from gevent.queue import Queue
 from pydantic import Field, PositiveInt
 
-from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, Phase
+from loadlib.modes.base import (Assignment, Coordination, Driver, LoadMode, ModeState, Phase, alternate, by_position,
+                                target_labels)
 from loadlib.scenarios import COLD, Cell, Job, build_scenarios
 from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
@@ -41,28 +43,33 @@ class RoundsDriver(Driver):
 
     wants_records = True
 
-    def __init__(self, run: Coordination, users: int, plan: list[Cell]) -> None:
+    def __init__(self, run: Coordination, users: int, plan: list[Cell], targets: int = 1) -> None:
         super().__init__(run, users)
         self.plan = plan
+        self.targets = targets  # an A/B run's plan has each cell once per target, side by side
 
     def play(self) -> None:
-        for cell in self.plan:
+        for cells in by_position(self.plan, self.targets):
+            cell = cells[0]
             if not self.wait_for_users(cell.concurrency):
                 self.stopped = f"{cell.name} needs {cell.concurrency} users, {self.run.capacity()} were spawned"
                 return
-            self.prepare(cell.scenario)
-            self.start_cell(cell, round=0, rounds=cell.rounds)
+            for each in cells:
+                self.prepare(each.scenario, each.target)
+                self.start_cell(each, round=0, rounds=each.rounds)
             for index in range(cell.rounds):
-                if cell.scenario.cache == COLD:
-                    self.flush_cache()
-                self._play_round(cell, index)
-            self.end_cell(cell)
+                for each in cells:  # an A/B run: A's round, then B's, so both see the same hour
+                    if each.scenario.cache == COLD:
+                        self.flush_cache(each.target)
+                    self._play_round(each, index)
+            for each in cells:
+                self.end_cell(each)
 
     def _play_round(self, cell: Cell, index: int) -> None:
         start_at = time.time() + self.run.lead_time_s
         jobs = [cell.scenario.next(slot) for slot in range(cell.concurrency)]
         self.phase = Phase("running", cell.name, cell.case, cell.concurrency, index, cell.rounds,
-                           jobs[0].scenario if cell.case == SINGLE else None)
+                           jobs[0].scenario if cell.case == SINGLE else None, target=cell.target)
         self.play_batch([self.assign(job, cell, start_at, slot, index) for slot, job in enumerate(jobs)],
                         f"{cell.name} round {index}")
 
@@ -96,12 +103,16 @@ class Rounds(LoadMode):
         return "locustfile"
 
     def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
-        """Every scenario's cells at the concurrencies up to `users`."""
+        """Every scenario's cells at the concurrencies up to `users`; in an A/B run each cell once
+        per target, each target with scenarios of its own (the same prompts, primed on it)."""
         load = profile.load
         concurrency = [n for n in load.concurrency if n <= users]
-        plan = [cell for scenario, _weight in build_scenarios(profile)
-                for cell in scenario.round_cells(concurrency, load.rounds)]
-        return RoundsDriver(run, users, plan)
+
+        def plan(target: str) -> list[Cell]:
+            return [replace(cell, target=target) for scenario, _weight in build_scenarios(profile)
+                    for cell in scenario.round_cells(concurrency, load.rounds)]
+        labels = target_labels(profile)
+        return RoundsDriver(run, users, alternate([plan(label) for label in labels]), len(labels))
 
     def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
         return RoundsState()

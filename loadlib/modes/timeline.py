@@ -10,13 +10,13 @@ unmeasured "warmup" cell.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import random
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 
-from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState
+from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, alternate, target_labels
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
 from loadlib.wire.client import RequestTag
@@ -102,7 +102,8 @@ class TimedDriver(Driver):
 
     def play(self) -> None:
         if self.cold:
-            self.flush_cache()
+            for target in dict.fromkeys(cell.target for cell in self.plan):
+                self.flush_cache(target)
         for cell, start, end in self.timeline.bounds():
             gevent.sleep(max(start - time.time(), 0.0))
             self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
@@ -135,17 +136,19 @@ class ScenarioStreams(ModeState):
             gevent.sleep(max(min(self.cells.next_change(now) - now, 0.5), 0.01))
             return  # the run is over, or this stream's level has not begun
         job = user.scenario.next(user.stream)
-        tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=user.stream)
+        tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=user.stream, target=cell.target)
         record = user.send(user.body_of(job), tag, job=job, measured=cell.name != WARMUP)
         user.scenario.observe(job, record.to_dict())
         if record.error:
             gevent.sleep(ERROR_PAUSE_S)  # a failing server is not hammered in a tight loop
 
 
-def free_running_cells(mode: "TimedMode", load: Any, users: int, mix: Scenario) -> list[Cell]:
+def free_running_cells(mode: "TimedMode", profile: "Profile", users: int, mix: Scenario) -> list[Cell]:
     """The cells of a mode with a fixed timeline, in the order they run: the warm-up, then the
-    mode's measured cells."""
-    return with_warmup(mode.cells(load, users, mix), mode.name, getattr(load, "warmup_s", 0.0))
+    mode's measured cells; in an A/B run each of them once per target, alternating."""
+    load = profile.load
+    cells = with_warmup(mode.cells(load, users, mix), mode.name, getattr(load, "warmup_s", 0.0))
+    return alternate([[replace(cell, target=label) for cell in cells] for label in target_labels(profile)])
 
 
 class TimedMode(LoadMode):
@@ -163,7 +166,7 @@ class TimedMode(LoadMode):
         return Mix(build_scenarios(profile), profile.seed)
 
     def timeline(self, profile: "Profile", users: int, started_at: float, mix: Scenario) -> Timeline:
-        return Timeline(tuple(free_running_cells(self, profile.load, users, mix)), started_at)
+        return Timeline(tuple(free_running_cells(self, profile, users, mix)), started_at)
 
     def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
         mix = self.mix(profile)

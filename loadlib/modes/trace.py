@@ -278,7 +278,8 @@ class Trace(TimedMode):
 
     def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
         """Free users, and one greenlet sending this process's share of the trace's lines (i =
-        its index mod processes) at their times, but the lines longer than the model's context."""
+        its index mod processes) at their times, but the lines longer than the model's context;
+        in an A/B run the trace plays once per target, one after the other."""
         load: TraceLoad = config.profile.load
         prompts = self.mix(config.profile, config)
         timeline = self.timeline(config.profile, config.users, config.started_at, prompts)
@@ -286,10 +287,10 @@ class Trace(TimedMode):
         context = config.context_tokens
 
         def due() -> Any:
-            for number, request in enumerate(load.requests):
-                if slots.mine(number) and (context is None or request.input_tokens + request.output_tokens <= context):
-                    yield Arrival(timeline.started_at + request.at_s / load.speedup, timeline.cells[-1], prompts,
-                                  number % config.users, request)
+            for cell, start, _end in timeline.bounds():  # the whole trace once per target (A/B runs)
+                for number, request in enumerate(load.requests):
+                    if slots.mine(number) and (context is None or request.input_tokens + request.output_tokens <= context):
+                        yield Arrival(start + request.at_s / load.speedup, cell, prompts, number % config.users, request)
 
         def feed() -> None:
             slots.put_when_due(due())

@@ -146,9 +146,12 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     modes = sorted(str(case) for case in df.loc[~protocol, "case"].unique())
     parts = [f"{'/'.join(modes)} run"] if modes else []
     target = manifest.get("target")
-    if isinstance(target, Mapping):
-        target = f"{target.get('url')}{' (built-in simulator)' if target.get('builtin_simulator') else ''}"
-    parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")), ("target", target)) if value]
+    if manifest.get("targets"):  # an A/B run
+        target = ", ".join(f"{entry.get('label')} {_target_phrase(entry)}" for entry in manifest["targets"])
+    elif isinstance(target, Mapping):
+        target = _target_phrase(target)
+    parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")),
+                                                  ("targets" if manifest.get("targets") else "target", target)) if value]
     max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
     if len(max_tokens) > MAX_TOKENS_LISTED:  # lengths drawn per request (synthetic, dataset, trace)
         parts.append(f"max_tokens {max_tokens[0]}–{max_tokens[-1]} ({len(max_tokens)} values)")
@@ -163,6 +166,10 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     if cut:
         parts.append(f"CUT SHORT ({cut}): the figures cover only the requests that finished")
     return "uni-bench summary: " + ", ".join(parts)
+
+
+def _target_phrase(target: Mapping[str, Any]) -> str:
+    return f"{target.get('url')}{' (built-in simulator)' if target.get('builtin_simulator') else ''}"
 
 
 def thinking_phrase(modes: Iterable[str]) -> str:

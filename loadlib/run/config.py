@@ -27,6 +27,7 @@ class RunConfig:
     profile: Profile | None = None  # None: the locustfile's own users
     workers: tuple[str, ...] = ()  # worker ids in share order (distributed runs)
     context_tokens: int | None = None  # the model's context, where /v1/models says
+    targets: tuple[tuple[str, str], ...] = ()  # an A/B run's servers: (label, base URL)
 
     @property
     def load_mode(self) -> LoadMode:
@@ -38,18 +39,24 @@ class RunConfig:
             return self.workers.index(worker_id), len(self.workers)
         return 0, 1
 
+    def target_url(self, label: str) -> str | None:
+        """The base URL of the target labelled `label`; None for "" (the run's one server)."""
+        return dict(self.targets).get(label) if label else None
+
     def to_message(self) -> dict[str, Any]:
         settings = dataclasses.asdict(self.settings)
         settings.pop("api_key")
         return {"mode": self.mode, "settings": settings, "users": self.users, "started_at": self.started_at,
                 "profile": self.profile.model_dump(mode="json", by_alias=True) if self.profile else None,
-                "workers": list(self.workers), "context_tokens": self.context_tokens}
+                "workers": list(self.workers), "context_tokens": self.context_tokens,
+                "targets": [list(target) for target in self.targets]}
 
     @classmethod
     def from_message(cls, data: dict[str, Any], api_key: str | None) -> "RunConfig":
         profile = Profile.model_validate(data["profile"]) if data["profile"] is not None else None
         return cls(data["mode"], ChatSettings(**data["settings"], api_key=api_key), data["users"],
-                   data["started_at"], profile, tuple(data["workers"]), data["context_tokens"])
+                   data["started_at"], profile, tuple(data["workers"]), data["context_tokens"],
+                   tuple(tuple(target) for target in data["targets"]))
 
 
 def request_settings(profile: Profile | None, opts: Any, model: str, api_key: str | None) -> ChatSettings:

@@ -22,7 +22,7 @@ from locust.env import Environment
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
-from loadlib.records import RequestRecord, read_records
+from loadlib.records import RequestRecord, read_records, target_dir
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
 from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
@@ -99,7 +99,9 @@ class RunSession:
         self.live, self.cut_short, self.summarized = LiveSeries(), None, False
         self.streams.edited = None
         api_key = api_key_of(opts)
-        models = list_models(self.target.url, api_key, not opts.insecure, min(10.0, opts.request_timeout))
+        targets = self.target.servers(self.profile.targets) if self.profile is not None else ()
+        models = list_models(targets[0][1] if targets else self.target.url, api_key, not opts.insecure,
+                             min(10.0, opts.request_timeout))
         model, model_warning = models.choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)
@@ -107,16 +109,14 @@ class RunSession:
         users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         self.config = config = RunConfig(self.mode.name, request_settings(profile, opts, model, api_key), users,
                                          time.time() + 0.5, profile, self.users.worker_ids(),
-                                         models.context_tokens.get(model))
+                                         models.context_tokens.get(model), targets)
         self.driver = self.mode.driver(profile, users, config.started_at, coordination(self, config))
         early_stop = EarlyStop(self.target.url, self.stop) if not opts.keep_going else None
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self.users.begin(config)
         self._write_first_manifest(config, model_warning)
-        ServerWatch(self.run_dir, opts, self.target.url, api_key, self.note_in_manifest,
-                    cell_records=lambda cell: [r for r in self.records if r["cell"] == cell],
-                    cell_events=self.driver.run.cell_events, test_stop=self.environment.events.test_stop).start()
+        self._watch_servers(config, api_key)
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), model)
         gevent.spawn(self.driver.run_to_end)
@@ -125,7 +125,25 @@ class RunSession:
         profile_file = self.opts.profile if self.plays_load_modes else None
         self.manifest = opening_manifest(config, self.opts, self.target.description(), self.driver.plan,
                                          profile_file, model_warning)
+        if config.targets:  # an A/B run: its servers instead of the one --host
+            self.manifest.pop("target", None)
+            self.manifest["targets"] = [self.target.described(label, url) for label, url in config.targets]
         write_manifest(self.run_dir, self.manifest)
+
+    def _watch_servers(self, config: RunConfig, api_key: str | None) -> None:
+        """The server's side of the test; in an A/B run each target's, in `targets/<label>/`, its
+        identity in the manifest's entry for that target."""
+        for label, url in config.targets or (("", self.target.url),):
+            run_dir, note = self.run_dir, self.note_in_manifest
+            if label:
+                run_dir = target_dir(self.run_dir, label)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                note = partial(self.note_for_target, label)
+            ServerWatch(run_dir, self.opts, url, api_key, note,
+                        cell_records=lambda cell, label=label: [r for r in self.records if r["cell"] == cell
+                                                                and r.get("target", "") == label],
+                        cell_events=self.driver.run.cell_events, test_stop=self.environment.events.test_stop,
+                        target=label).start()
 
     def end(self) -> None:
         """A test stops (finished, stopped or interrupted): print and save the summary once."""
@@ -186,6 +204,13 @@ class RunSession:
         figures' input. The journal on disk holds them all."""
         return self.intake.recent() if self.intake is not None else []
 
+    def note_for_target(self, label: str, key: str, value: Any) -> None:
+        """A finding about one target of an A/B run (its server's self-description), in its entry."""
+        entry = next(entry for entry in self.manifest["targets"] if entry["label"] == label)
+        entry[key] = value
+        if self.run_dir is not None:
+            write_manifest(self.run_dir, self.manifest)
+
     def note_in_manifest(self, key: str, value: Any) -> None:
         """A finding for the manifest (the server's self-description, a search's result), written
         at once: the session is the manifest's one writer, and a run killed later keeps it."""
@@ -197,7 +222,8 @@ class RunSession:
 def coordination(session: "RunSession", config: RunConfig) -> Coordination:
     """What the test's driver may ask of the session and its users' processes."""
     opts, users, run_dir = session.opts, session.users, session.run_dir
-    flush = partial(flush_prefix_cache, session.target.url, api_key_of(opts), not opts.insecure)
+    def flush(target: str) -> str:
+        return flush_prefix_cache(config.target_url(target) or session.target.url, api_key_of(opts), not opts.insecure)
     return Coordination(
         build_body=lambda job: chat_body(config.settings, job.messages, **job.params),
         dispatch=users.dispatch, announce=users.announce, capacity=users.capacity,

@@ -10,6 +10,7 @@ from typing import Any
 
 from locust.env import Environment
 
+from loadlib.profiles import TargetSpec
 from loadlib.run.inputs import usage_error
 from loadlib.wire.connection import Endpoint
 
@@ -20,6 +21,7 @@ class Target:
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
         self.simulator: Any = None
+        self.target_simulators: dict[str, Any] = {}  # an A/B run's own simulators, by their sim_args
 
     def start(self) -> None:
         """Checks the --host, or starts the built-in simulator when there is none."""
@@ -36,9 +38,29 @@ class Target:
             usage_error(f"--host: {exc}")
 
     def stop(self) -> None:
-        if self.simulator is not None:
-            self.simulator.stop()
-            self.simulator = None
+        for simulator in [self.simulator, *self.target_simulators.values()]:
+            if simulator is not None:
+                simulator.stop()
+        self.simulator, self.target_simulators = None, {}
+
+    def servers(self, targets: list[TargetSpec]) -> tuple[tuple[str, str], ...]:
+        """An A/B run's (label, base URL): its host, or a built-in simulator of its own (started
+        once per `sim_args` and kept for the next test)."""
+        return tuple((target.label, target.host or self._simulator_url(target.sim_args)) for target in targets)
+
+    def _simulator_url(self, sim_args: str) -> str:
+        if sim_args not in self.target_simulators:
+            from loadlib.sim.process import start_simulator
+
+            self.target_simulators[sim_args] = start_simulator(shlex.split(sim_args))
+            log.info("started a built-in simulator (%s) at %s", sim_args or "default",
+                     self.target_simulators[sim_args].url)
+        return self.target_simulators[sim_args].url
+
+    def described(self, label: str, url: str) -> dict[str, Any]:
+        """The manifest's entry for an A/B run's target."""
+        simulator = next((args for args, sim in self.target_simulators.items() if sim.url == url), None)
+        return {"label": label, "url": url, "builtin_simulator": simulator is not None, "simulator_args": simulator}
 
     @property
     def url(self) -> str:

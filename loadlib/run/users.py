@@ -25,6 +25,7 @@ summary and `python -m analysis report` work for any locustfile with no other co
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from typing import Any, Callable, ClassVar, Hashable
@@ -61,6 +62,7 @@ class LLMUser(User):
         super().__init__(environment)
         self.process_run: ProcessRun = process_run(environment)
         self.client = ChatClient(self.host or environment.host or "", self.process_run.settings)
+        self.target_clients: dict[str, ChatClient] = {}  # an A/B run's servers, by URL
         self.user_number = next(_local_users)
         self.slot = self.process_run.take_slot()
         self.stream = self.process_run.stream_number(self.slot)
@@ -79,6 +81,20 @@ class LLMUser(User):
     def on_stop(self) -> None:
         self.process_run.release_slot(self.slot)
         self.client.close()
+        for client in self.target_clients.values():
+            client.close()
+
+    def client_for(self, target: str) -> ChatClient:
+        """The client of an A/B run's target (by label), connected on first use; `client` for ""."""
+        config = self.process_run.config
+        url = config.target_url(target) if config is not None else None
+        if url is None:
+            return self.client
+        client = self.target_clients.get(url)
+        if client is None:
+            client = self.target_clients[url] = ChatClient(url, self.process_run.settings)
+            client.connection.connect()
+        return client
 
     def chat(self, messages: list[dict[str, Any]] | None = None, *, body: dict[str, Any] | None = None,
              name: str = "chat", max_tokens: int | None = None, catch_response: bool = False,
@@ -113,12 +129,11 @@ class LLMUser(User):
         is when it was meant to start (its `queue_s` is the wait for a free user); `job` carries the
         scenario's labels; `urgent` sends the record to the journal at once (one a round waits for);
         `keep_text` keeps the answer's text in the record."""
-        tag = RequestTag(tag.scenario, tag.cell, tag.concurrency, tag.case, tag.round, tag.slot,
-                         self.process_run.worker_share[0], self.user_number)
+        tag = dataclasses.replace(tag, worker=self.process_run.worker_share[0], user=self.user_number)
         watch = self.process_run.watch
         watch.in_flight += 1
         try:
-            record = self.client.stream(body, tag, request_id or uuid.uuid4().hex, keep_text)
+            record = self.client_for(tag.target).stream(body, tag, request_id or uuid.uuid4().hex, keep_text)
         finally:
             watch.in_flight -= 1
         if scheduled_at is not None and record.sent_at:
@@ -146,10 +161,15 @@ class LLMUser(User):
         return self.process_run.scenarios.get(key, build, lambda scenario: scenario.prepare(self._send_unmeasured))
 
     def _send_unmeasured(self, jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
-        """Priming and calibration requests, one at a time, left out of every figure."""
-        tag = RequestTag(purpose, purpose, 1, OWN_CASE, slot=self.stream)
-        return [self.send(self.body_of(job), tag, purpose, job=job, measured=False, urgent=True).to_dict()
-                for job in jobs]
+        """Priming and calibration requests, one at a time, left out of every figure; in an A/B
+        run to every target (each primed alike), the first target's records returned."""
+        config = self.process_run.config
+        targets = [label for label, _url in config.targets] if config is not None and config.targets else [""]
+        answers = {target: [self.send(self.body_of(job), RequestTag(purpose, purpose, 1, OWN_CASE, slot=self.stream,
+                                                                    target=target),
+                                      purpose, job=job, measured=False, urgent=True).to_dict() for job in jobs]
+                   for target in targets}
+        return answers[targets[0]]
 
 
 class ChatResponse:

@@ -95,6 +95,7 @@ class Cell:
     concurrency: int
     rounds: int = 0
     duration_s: float | None = None
+    target: str = ""  # an A/B run's server (its label); "": the run's one server
 
     @property
     def prompts(self) -> tuple[str, ...]:

@@ -95,8 +95,9 @@ class ServerWatch:
     def __init__(self, run_dir: Path, opts: argparse.Namespace, host: str, api_key: str | None,
                  note_in_manifest: Callable[[str, Any], None],
                  cell_records: Callable[[str], list[dict[str, Any]]],
-                 cell_events: EventHook, test_stop: EventHook) -> None:
+                 cell_events: EventHook, test_stop: EventHook, target: str = "") -> None:
         self.run_dir = run_dir
+        self.target = target  # an A/B run's label: this watch follows that server's cells only
         self.host = host
         self.api_key = api_key
         self.verify_tls = not opts.insecure
@@ -135,6 +136,8 @@ class ServerWatch:
     @_never_raises
     def on_cell(self, cell: Any, phase: str, **_kwargs: Any) -> None:
         """Cell hook: scrape when a cell starts and ends; warn on divergence at its end."""
+        if getattr(cell, "target", "") != self.target:
+            return
         if phase == "start":
             self.cell = {"cell_index": self._cells_started, "cell": cell.name, "case": cell.case}
             self._cells_started += 1

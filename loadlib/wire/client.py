@@ -54,6 +54,7 @@ class RequestTag:
     slot: int = 0
     worker: int = 0
     user: int = 0
+    target: str = ""  # an A/B run's server, by its label ("" : the run's one server)
 
 
 def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens: int | None = None,
@@ -105,7 +106,7 @@ class ChatClient:
         record = RequestRecord(
             request_id=request_id, scenario=tag.scenario, cell=tag.cell,
             concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
-            worker=tag.worker, user=tag.user, sent_at=0.0,
+            worker=tag.worker, user=tag.user, sent_at=0.0, target=tag.target,
             max_tokens=body.get("max_tokens"),
             thinking=(body.get("chat_template_kwargs") or {}).get("enable_thinking"),
         )

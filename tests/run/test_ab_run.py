@@ -1,0 +1,134 @@
+"""A/B in one run: a profile's `[[targets]]`, played alternately by real headless Locust against
+built-in simulators over loopback HTTP, with known answers: B's clock runs 8 % slower than A's
+(decode 7.4 % lower), C is A's configuration again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from loadlib.records import read_records
+from tests.conftest import run_locust
+
+ROUNDS_AB = """
+[request]
+max_tokens = 128
+thinking = false
+[load]
+mode = "rounds"
+rounds = 5
+concurrency = [2]
+[scenarios.protocol]
+single = ["code"]
+[[targets]]
+label = "A"
+sim_args = "--time-scale 0.1"
+[[targets]]
+label = "B"
+sim_args = "--time-scale 0.108"
+[[targets]]
+label = "C"
+sim_args = "--time-scale 0.100"  # a server of its own: A's configuration again
+"""
+
+CLOSED_AB = """
+[request]
+max_tokens = 64
+[load]
+mode = "closed"
+duration_s = 2
+warmup_s = 0.5
+[scenarios.distinct-issues]
+[[targets]]
+label = "A"
+sim_args = "--time-scale 0.05"
+[[targets]]
+label = "B"
+sim_args = "--time-scale 0.050"
+"""
+
+
+def play(tmp_path, profile_text: str, *extra: str) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
+    profile = tmp_path / "ab.toml"
+    profile.write_text(profile_text)
+    result = run_locust(["--headless", "-u", "2", "--profile", str(profile), "--run-dir", str(tmp_path / "r"),
+                         "--loglevel", "WARNING", *extra], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, pd.DataFrame(list(read_records(tmp_path / "r")))
+
+
+@pytest.fixture(scope="module")
+def rounds_ab(tmp_path_factory):
+    work = tmp_path_factory.mktemp("ab")
+    result, records = play(work, ROUNDS_AB)
+    report = subprocess.run([sys.executable, "-m", "analysis", "report", str(work / "r"), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    return result, records, json.loads(report.stdout), work / "r"
+
+
+def verdict(rows: list[dict], figure: str, b: str) -> dict:
+    return next(row for row in rows if row["figure"] == figure and row["run_b"] == b)
+
+
+@pytest.mark.processes
+def test_rounds_alternate_the_targets_round_by_round(rounds_ab):
+    _result, records, _report, _run_dir = rounds_ab
+    measured = records[records["measured"]]
+    assert measured.groupby("target").size().to_dict() == {"A": 25, "B": 25, "C": 25}  # (1 + 2 + 2) x 5 each
+    pairs = measured[measured["cell"] == "c2-same"].groupby(["round", "target"])["sent_at"].min().unstack()
+    order = pairs[["A", "B", "C"]].to_numpy().ravel()  # A0 B0 C0 A1 B1 C1 ...
+    assert (order[1:] > order[:-1]).all(), pairs
+
+
+@pytest.mark.processes
+def test_verdicts_find_the_slower_target_and_not_the_same_one(rounds_ab):
+    _result, _records, report, _run_dir = rounds_ab
+    slower = verdict(report["verdicts"], "code decode t/s", "B")
+    assert slower["verdict"] == "lower", slower
+    assert slower["ci_low_pct"] <= -7.4 <= slower["ci_high_pct"], slower
+    assert slower["n_a"] == slower["n_b"] == 5
+    same = verdict(report["verdicts"], "code decode t/s", "C")
+    assert same["verdict"] == "not distinguishable", same
+    assert set(report["targets"]) == {"A", "B", "C"}
+
+
+@pytest.mark.processes
+def test_the_summary_ends_with_the_same_verdicts_as_the_report(rounds_ab):
+    result, _records, report, run_dir = rounds_ab
+    summary = (run_dir / "summary.txt").read_text()
+    verdicts = summary[summary.index("Verdicts against A"):]
+    slower = verdict(report["verdicts"], "code decode t/s", "B")
+    assert (f"code decode t/s: B is {abs(slower['diff_pct']):.1f} % lower than A (95 % CI "
+            f"{slower['ci_low_pct']:+.1f} to {slower['ci_high_pct']:+.1f} %, n 5/5)") in verdicts
+    assert "targets A http://127.0.0.1:" in summary.splitlines()[0]
+    assert "[B http://127.0.0.1:" in summary and "Verdicts against A" in result.stdout
+
+
+@pytest.mark.processes
+def test_each_target_keeps_its_own_server_view(rounds_ab):
+    _result, _records, _report, run_dir = rounds_ab
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [entry["label"] for entry in manifest["targets"]] == ["A", "B", "C"]
+    assert [entry["simulator_args"] for entry in manifest["targets"]][:2] == ["--time-scale 0.1", "--time-scale 0.108"]
+    assert len({entry["url"] for entry in manifest["targets"]}) == 3
+    assert "target" not in manifest  # no one --host: each target names its own
+    for entry in manifest["targets"]:
+        assert entry["server"]["kind"] == "sglang"
+        scrapes = (run_dir / "targets" / entry["label"] / "metrics.jsonl").read_text().splitlines()
+        cells = {json.loads(line).get("cell") for line in scrapes}
+        assert {"single", "c2-same"} <= cells
+
+
+@pytest.mark.processes
+def test_free_running_cells_alternate_across_worker_processes(tmp_path):
+    result, records = play(tmp_path, CLOSED_AB, "--processes", "2")
+    measured = records[records["measured"]]
+    assert set(measured["target"]) == {"A", "B"} and set(measured["worker"]) == {0, 1}
+    spans = measured.groupby("target")["sent_at"].agg(["min", "max"])
+    assert spans.loc["A", "max"] < spans.loc["B", "min"]  # closed@A, then closed@B
+    assert "Verdicts against A" in result.stdout and "closed steady decode t/s: B is" in result.stdout
