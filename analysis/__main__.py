@@ -4,6 +4,7 @@
   compare RUN_DIR RUN_DIR ...      one column a run, differences to the first
   panorama RUN_DIR ...             configuration x (same, different) per concurrency, scaling
   plot RUN_DIR ... --out DIR       PNG charts
+  html RUN_DIR ... --out FILE      one self-contained report.html: one run, or several side by side
 
 Bad input ends with one line naming it and exit code 2, never a traceback.
 """
@@ -42,12 +43,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in plot(runs, args.out):
             print(path)
         return 0
+    if args.command == "html":
+        return _html(runs, args)
     document = {
         "report": lambda: run_report(runs[0], args.slo_ttft, args.slo_decode),
         "compare": lambda: compare(runs, args.slo_ttft, args.slo_decode),
         "panorama": lambda: panorama(runs),
     }[args.command]()
     print(RENDERERS[args.format](document))
+    return 0
+
+
+def _html(runs: list[Run], args: argparse.Namespace) -> int:
+    """Writes the page of the runs and prints its path and size; a run without records is bad input."""
+    from loadlib.figures.goodput import goodput_slo
+    from loadlib.report.contents import RunData
+    from loadlib.report.html_page import write_page
+
+    for run in runs:
+        if run.records.empty:
+            print(f"python -m analysis html: {run.path}: no measured request in the run", file=sys.stderr)
+            return USAGE_ERROR
+    pairs = [(run.label, RunData(run.records, run.manifest, run.path,
+                                 goodput_slo(run.manifest, args.slo_ttft, args.slo_decode))) for run in runs]
+    try:
+        path = write_page(pairs, args.out)
+    except OSError as exc:
+        print(f"python -m analysis html: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"{path}  ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 
@@ -79,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     charts.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
     charts.add_argument("--labels", help="comma-separated legend names, one per run")
     charts.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    page = commands.add_parser("html", help="one self-contained HTML report of one run or several side by side")
+    page.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    page.add_argument("--labels", help="comma-separated names, one per run (default: directory names)")
+    page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
+    _add_slo(page)
     return parser
 
 

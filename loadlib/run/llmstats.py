@@ -9,6 +9,7 @@ computed from the raw records (percentiles too, never from Locust's rounded buck
 from __future__ import annotations
 
 import html
+import os
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -63,11 +64,20 @@ def add_to_html_report(html_file: str, summary: str, run_dir: Path) -> None:
         return
     block = (f'<section id="uni-bench" style="font-family:monospace;margin:1em">'
              f"<h2>LLM figures (uni-bench)</h2><p>Run files: {html.escape(str(run_dir))} "
-             f"(python -m analysis report {html.escape(str(run_dir))})</p>"
+             f"(python -m analysis report {html.escape(str(run_dir))})</p>{_page_link(path, run_dir)}"
              f'<pre style="overflow-x:auto">{html.escape(summary)}</pre></section>\n')
     page = path.read_text(encoding="utf-8")
     end = body_end(page)
     path.write_text(page + block if end is None else page[:end] + block + page[end:], encoding="utf-8")
+
+
+def _page_link(html_file: Path, run_dir: Path) -> str:
+    """A link to the run's report.html, relative to Locust's report so that the two can move together."""
+    page = run_dir / "report.html"
+    if not page.exists():
+        return ""
+    href = Path(os.path.relpath(page.resolve(), html_file.resolve().parent)).as_posix()
+    return f'<p><a id="uni-bench-report" href="{html.escape(href)}">The run\'s report.html: tables, charts, requests</a></p>'
 
 
 def body_end(page: str) -> int | None:

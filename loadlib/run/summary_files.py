@@ -1,5 +1,6 @@
 """What a test leaves at its end besides the manifest: `summary.txt` (the end-of-run summary, as
-printed) and, with `--csv`, the LLM figures per Locust stats row beside Locust's own CSV files."""
+printed), `report.html` (the same figures and charts in one file to share) and, with `--csv`, the
+LLM figures per Locust stats row beside Locust's own CSV files."""
 
 from __future__ import annotations
 
@@ -24,4 +25,21 @@ def write_summary(run_dir: Path, manifest: dict[str, Any], csv_prefix: str | Non
         llmstats.write_csv(llmstats.per_name_table(frame), csv_prefix)
     print(text, flush=True)
     print(f"Run files: {run_dir}  (recompute with: python -m analysis report {run_dir})", flush=True)
+    if not frame.empty:
+        write_report_page(run_dir, frame, manifest)
     return text
+
+
+def write_report_page(run_dir: Path, frame: Any, manifest: dict[str, Any]) -> Path | None:
+    """Writes `report.html`; a failure costs the page only, never the summary already saved."""
+    from loadlib.report.contents import RunData
+    from loadlib.report.html_page import REPORT_FILE, write_page
+
+    try:
+        path = write_page([(run_dir.name, RunData(frame, manifest, run_dir))], run_dir / REPORT_FILE)
+    except Exception as exc:  # the run's figures are in summary.txt and the journal whatever happens here
+        print(f"warning: report.html not written: {exc!r} (python -m analysis html {run_dir} --out FILE retries)",
+              flush=True)
+        return None
+    print(f"Report to open or share: {path}", flush=True)
+    return path

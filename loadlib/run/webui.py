@@ -32,6 +32,7 @@ from loadlib.modes import Phase
 from loadlib.modes.own_users import OWN_CASE  # the phase and case of a locustfile's own users
 from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
 from loadlib.report import text
+from loadlib.report.html_page import REPORT_FILE
 from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase
 from loadlib.report.summary import render_summary
 from loadlib.run import webform
@@ -62,6 +63,7 @@ def install(environment: Environment, session: Any) -> None:
         {"href": "./uni/", "title": "uni-bench live page: charts, figures and report"},
         {"href": "./uni/records.csv", "title": "uni-bench records so far (CSV, one row per request)"},
         {"href": "./uni/report", "title": "uni-bench report (text, as printed at the end of the run)"},
+        {"href": "./uni/report.html", "title": "uni-bench report.html (tables and charts in one file, at the run's end)"},
     ]
 
     @web_ui.app.after_request
@@ -84,6 +86,7 @@ def install(environment: Environment, session: Any) -> None:
     routes.add_url_rule("/figures.json", "figures", guard(lambda: jsonify(figures.view())))
     routes.add_url_rule("/records.csv", "records", guard(lambda: _csv_response(figures.records())))
     routes.add_url_rule("/report", "report", guard(lambda: Response(figures.report(), mimetype="text/plain")))
+    routes.add_url_rule("/report.html", "report_page", guard(figures.report_page))
     web_ui.app.register_blueprint(routes)
     webform.install(environment, session)
 
@@ -99,14 +102,16 @@ class Slot:
     concurrency: int
     scenario: str | None  # single stream only
     rounds: int | None  # planned rounds; None for rows found only in the records
+    target: str = ""  # an A/B run's server, by label
 
     @property
     def label(self) -> str:
+        server = f"{self.target} · " if self.target else ""
         if self.case == SINGLE:
-            return f"1 stream · {SCENARIO_LABELS.get(self.scenario or '', self.scenario)}"
+            return f"{server}1 stream · {SCENARIO_LABELS.get(self.scenario or '', self.scenario)}"
         if self.case in CASE_LABELS:
-            return f"{self.concurrency} streams · {CASE_LABELS[self.case]}"
-        return self.cell
+            return f"{server}{self.concurrency} streams · {CASE_LABELS[self.case]}"
+        return f"{server}{self.cell}"
 
 
 class LiveFigures:
@@ -134,6 +139,13 @@ class LiveFigures:
         return (f"Run in progress ({session.record_count} requests so far); run files: {session.run_dir}\n\n"
                 + render_summary(self.records(), session.manifest, session.run_dir) + "\n")
 
+    def report_page(self) -> Response:
+        """The run's report.html once its end has written it; until then, why there is none."""
+        page = self.session.run_dir / REPORT_FILE if self.session.run_dir is not None else None
+        if page is None or not page.exists():
+            return Response("report.html is written when the run ends.\n", status=404, mimetype="text/plain")
+        return Response(page.read_bytes(), mimetype="text/html")
+
     def view(self) -> dict[str, Any]:
         """Phase, settings, table rows and chart series, as JSON-ready values."""
         session, state = self.session, self.environment.runner.state
@@ -152,7 +164,8 @@ class LiveFigures:
                 "state": state, "settings": _settings_text(self.environment, session, plan, frame),
                 "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
                 "series": series, "live": _live_series(live, origin), "run_dir": str(session.run_dir or ""),
-                "requests": session.record_count}
+                "requests": session.record_count,
+                "report_page": session.run_dir is not None and (session.run_dir / REPORT_FILE).exists()}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
         """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
@@ -163,7 +176,9 @@ class LiveFigures:
         return [{"cell": view["phase"], "status": view["state"], **blank},
                 {"cell": view["settings"], "status": "", **blank},
                 *unbroken,
-                {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank}]
+                {"cell": f"Charts, report, records CSV: {page_url}", "status": "", **blank},
+                *([{"cell": f"The run's report.html (to open or share): {page_url}report.html", "status": "", **blank}]
+                  if view["report_page"] else [])]
 
     def _figures(self, driver: Any, plan: list[Any]
                  ) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]]:
@@ -173,8 +188,9 @@ class LiveFigures:
         if self._cached is None or key != self._key:
             frame = records_frame(self.session.records)
             slots = _slots(plan, frame)
-            figures = _slot_figures(frame)
-            self._cached = (frame, slots, [figures(slot) for slot in slots], _series(frame))
+            figures = {target: _slot_figures(frame[frame["target"] == target] if target else frame)
+                       for target in {slot.target for slot in slots}}  # an A/B run: each target's own figures
+            self._cached = (frame, slots, [figures[slot.target](slot) for slot in slots], _series(frame))
             self._key = key
         return self._cached
 
@@ -182,14 +198,14 @@ class LiveFigures:
 def _slots(plan: list[Any], frame: pd.DataFrame) -> list[Slot]:
     """The plan's rows in plan order, then any cell or scenario seen only in the records."""
     slots = [Slot(cell.name, cell.case, cell.concurrency,
-                  cell.prompts[0] if cell.case == SINGLE else None, cell.rounds) for cell in plan]
-    known = {(slot.cell, slot.scenario) for slot in slots}
-    seen = frame.drop_duplicates(["cell", "scenario"] if not frame.empty else [])
+                  cell.prompts[0] if cell.case == SINGLE else None, cell.rounds, cell.target) for cell in plan]
+    known = {(slot.target, slot.cell, slot.scenario) for slot in slots}
+    seen = frame.drop_duplicates(["target", "cell", "scenario"] if not frame.empty else [])
     for row in seen.itertuples():
         scenario = row.scenario if row.case == SINGLE else None
-        if (row.cell, scenario) not in known:
-            known.add((row.cell, scenario))
-            slots.append(Slot(row.cell, row.case, int(row.concurrency), scenario, None))
+        if (row.target, row.cell, scenario) not in known:
+            known.add((row.target, row.cell, scenario))
+            slots.append(Slot(row.cell, row.case, int(row.concurrency), scenario, None, row.target))
     return slots
 
 
@@ -322,7 +338,8 @@ def _rounded(values: pd.Series) -> list[float]:
 def _current_index(plan: list[Any], phase: Phase) -> int | None:
     """Which cell of the plan the driver is playing (single-stream cells differ by scenario)."""
     for index, cell in enumerate(plan):
-        if cell.name == phase.cell and (cell.case != SINGLE or cell.prompts[0] == phase.scenario):
+        if cell.name == phase.cell and cell.target == phase.target and \
+                (cell.case != SINGLE or cell.prompts[0] == phase.scenario):
             return index
     return None
 
@@ -389,6 +406,9 @@ def _settings_text(environment: Environment, session: Any, plan: list[Any], fram
 
 
 def _target_text(environment: Environment, session: Any) -> str:
+    targets = (session.manifest or {}).get("targets")
+    if targets:  # an A/B run
+        return " · ".join(f"{entry['label']} {entry['url']}" for entry in targets)
     target = (session.manifest or {}).get("target", {})
     simulator = " (built-in simulator)" if target.get("builtin_simulator") else ""
     return f"{target.get('url') or environment.host}{simulator}"

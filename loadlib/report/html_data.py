@@ -1,0 +1,79 @@
+"""Everything report.html shows, as one JSON-ready dict: per run what was run, the summary's and
+report's sections (each table's formatted rows as the summary prints them and its raw figures as
+`report --json` gives them), the charts' data; for several runs (or targets) the figures side by
+side and each run's verdicts against the first, from `loadlib.figures.verdicts` as `compare`
+computes them. Nothing here computes a figure of its own."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from loadlib.figures import across_runs, verdicts
+from loadlib.figures.headline import headline_figures
+from loadlib.figures.validity import validity_summary
+from loadlib.report.contents import RunData, build_sections
+from loadlib.report.document import Section, flatten, rows
+from loadlib.report.html_charts import run_charts
+from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.validity import judged
+
+SECRET = re.compile(r"api[_-]?key|authori[sz]ation|secret|password|bearer|cookie", re.IGNORECASE)
+# what was run, in this order (manifest keys and their sub-keys); the rest follows
+WHAT = ("target", "server.kind", "server.version", "server.launch", "model", "protocol", "profile", "client",
+        "tool", "command", "started_at", "ended_at")
+
+
+def page_data(runs: list[tuple[str, RunData]]) -> dict[str, Any]:
+    """The page's data for one run, or several side by side (the first is the reference)."""
+    labels = [label for label, _ in runs]
+    return {"labels": labels, "runs": [run_entry(label, data) for label, data in runs],
+            "comparison": comparison(runs) if len(runs) > 1 else None}
+
+
+def run_entry(label: str, run: RunData) -> dict[str, Any]:
+    """One run: its heading, what was run, `report --json`'s summary keys, its sections and charts."""
+    summary = summary_dict(run.tables)
+    if run.manifest.get("search"):
+        summary["search"] = run.manifest["search"]
+    if judged(run.run_dir, run.manifest):
+        summary["validity"] = validity_summary(run.checks)
+    return {"label": label, "heading": settings_line(run.df, run.manifest), "what": what_was_run(run.manifest),
+            "summary": summary, "sections": [section_entry(s) for s in build_sections(run, report=True)],
+            "charts": run_charts(run)}
+
+
+def what_was_run(manifest: dict[str, Any]) -> list[list[str]]:
+    """The manifest as (key, value) rows, the `WHAT` keys first; no key that may hold a secret."""
+    flat = {key: value for key, value in flatten(dict(manifest)).items() if not SECRET.search(key)}
+    first = [key for prefix in WHAT for key in flat if key == prefix or key.startswith(prefix + ".")]
+    return [[key, flat[key]] for key in dict.fromkeys([*first, *flat])]
+
+
+def section_entry(section: Section) -> dict[str, Any]:
+    """A section as the page shows it: the view's rows (text) and the data's rows (figures)."""
+    return {"key": section.key, "title": section.title, "columns": [str(c) for c in section.view.columns],
+            "left": list(section.left), "view": section.view.astype(str).to_numpy().tolist(),
+            "data": rows(section.data), "shown": not (section.optional and section.data.empty)}
+
+
+def comparison(runs: list[tuple[str, RunData]]) -> dict[str, Any]:
+    """The headline figures per run with the difference to the first (`across_runs.differences`),
+    and each run against the first figure by figure (`verdicts.verdicts_table`), with `a` and `b`
+    the headline values, as `python -m analysis compare` has them."""
+    labels = [label for label, _ in runs]
+    figures = pd.concat([headline_figures(run.df, run.slo).assign(run=label) for label, run in runs],
+                        ignore_index=True)
+    values = figures.set_index(["run", "figure"])["value"]
+    samples = [verdicts.headline_samples(run.df, run.slo) for _, run in runs]
+    found = []
+    for label, own in zip(labels[1:], samples[1:]):
+        table = verdicts.verdicts_table(samples[0], own)
+        table["a"] = [values.get((labels[0], f), a) for f, a in zip(table["figure"], table["a"])]
+        table["b"] = [values.get((label, f), b) for f, b in zip(table["figure"], table["b"])]
+        found += rows(table.assign(run_a=labels[0], run_b=label))
+    differences = across_runs.differences(figures, labels[0])
+    return {"figures": rows(differences[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]]),
+            "verdicts": found, "equivalence_pct": verdicts.EQUIVALENCE_PCT}

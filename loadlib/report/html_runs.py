@@ -1,0 +1,43 @@
+"""The runs one report.html shows, as (label, `RunData`) pairs: a run directory is read here, and
+a run whose records name more than one `target` becomes one pair per target, so that an A/B run
+reads like a comparison of its targets (the first target is the reference)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence, Union
+
+from loadlib.records import read_records_frame
+from loadlib.report.contents import RunData
+
+RunInput = Union[RunData, str, Path]
+
+
+def as_runs(pairs: Sequence[tuple[str, RunInput]]) -> list[tuple[str, RunData]]:
+    """Each pair's run (a run directory is read), split by target where it has several."""
+    found: list[tuple[str, RunData]] = []
+    for label, run in pairs:
+        data = run if isinstance(run, RunData) else read_run(run)
+        found += by_target(label, data, several_runs=len(pairs) > 1)
+    return found
+
+
+def read_run(run_dir: str | Path) -> RunData:
+    """A run directory's records and manifest ({} when it has none)."""
+    path = Path(run_dir)
+    manifest_file = path / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8")) if manifest_file.exists() else {}
+    return RunData(read_records_frame(path), manifest, path)
+
+
+def by_target(label: str, data: RunData, several_runs: bool = False) -> list[tuple[str, RunData]]:
+    """One pair per target of the run's records (in their order of appearance); the run itself
+    when it has one. With `several_runs` a target's label keeps its run's in front ("a/B")."""
+    df = data.df
+    targets = [str(t) for t in df["target"].unique()] if "target" in df.columns else []
+    if len(targets) < 2:
+        return [(label, data)]
+    return [(f"{label}/{target}" if several_runs else target,
+             RunData(df[df["target"] == target].reset_index(drop=True), data.manifest, data.run_dir, data.targets))
+            for target in targets]

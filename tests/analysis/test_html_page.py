@@ -1,0 +1,105 @@
+"""report.html without a browser: one self-contained file whose figures are `report --json`'s and
+`compare --json`'s, no secret in it, an A/B run read as a comparison, bad input one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import orjson
+import pytest
+
+from analysis.__main__ import main
+from loadlib.report.contents import RunData
+from loadlib.report.html_charts import MAX_POINTS
+from loadlib.report.html_data import page_data
+from loadlib.report.html_page import render_page, write_page
+from loadlib.report.html_runs import as_runs
+from loadlib.records import records_frame
+from tests.analysis.builders import build_record, free_running_records, protocol_run
+
+
+def write_run(path, records, manifest=None):
+    path.mkdir()
+    (path / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    (path / "manifest.json").write_text(json.dumps(manifest or {"model": "m"}), encoding="utf-8")
+    return path
+
+
+def embedded(page: str) -> dict:
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    return json.loads(found.group(1))
+
+
+def cli_json(capsys, *args) -> dict:
+    assert main(list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_page_inlines_everything_and_names_no_outside_address(tmp_path):
+    run = write_run(tmp_path / "a", protocol_run() + free_running_records())
+    page = write_page([("a", run)], tmp_path / "report.html").read_text(encoding="utf-8")
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # nothing fetched, even from disk
+    assert "uPlot" in page and "report-data" in page
+    assert not re.search(r"(src|href|url)\(?=?[\"']?https?://", page)
+
+
+def test_page_tables_equal_report_json(tmp_path, capsys):
+    run = write_run(tmp_path / "a", protocol_run() + free_running_records())
+    data = embedded(write_page([("a", run)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    report = cli_json(capsys, "report", str(run), "--json")
+    own = data["runs"][0]
+    assert {s["key"]: s["data"] for s in own["sections"]} == \
+        {key: rows for key, rows in report["tables"].items() if key in {s["key"] for s in own["sections"]}}
+    assert {key: own["summary"][key] for key in ("single", "concurrent", "ttft_percentiles", "failures")} == \
+        {key: report[key] for key in ("single", "concurrent", "ttft_percentiles", "failures")}
+    assert own["charts"]["requests"]["total"] == len(protocol_run() + free_running_records())
+
+
+def test_comparison_verdicts_equal_compare_json(tmp_path, capsys):
+    slower = [{**r, "total_s": r["total_s"] * 1.3 if r["total_s"] else None} for r in protocol_run()]
+    a, b = write_run(tmp_path / "a", protocol_run()), write_run(tmp_path / "b", slower)
+    data = embedded(write_page([("a", a), ("b", b)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    compared = cli_json(capsys, "compare", str(a), str(b), "--json")
+    key = lambda v: (v["run_b"], v["figure"])  # noqa: E731
+    assert sorted(data["comparison"]["verdicts"], key=key) == sorted(compared["verdicts"], key=key)
+    decode = next(v for v in data["comparison"]["verdicts"] if v["figure"] == "code decode t/s")
+    assert decode["diff_pct"] < -20  # 1.3 times longer requests: slower decode, with its interval
+
+
+def test_two_targets_in_one_run_read_as_a_comparison_of_them():
+    records = [{**r, "target": "A"} for r in protocol_run()] + \
+              [{**r, "request_id": r["request_id"] + "b", "target": "B"} for r in protocol_run()]
+    runs = as_runs([("ab", RunData(records_frame(records), {}))])
+    assert [label for label, _ in runs] == ["A", "B"]
+    data = page_data(runs)
+    assert data["comparison"]["verdicts"] and {v["run_b"] for v in data["comparison"]["verdicts"]} == {"B"}
+
+
+def test_no_secret_reaches_the_page():
+    manifest = {"model": "m", "target": {"url": "http://h", "api_key": "sk-live-123"}, "Authorization": "Bearer x1"}
+    page = render_page(page_data([("a", RunData(records_frame(protocol_run()), manifest))]))
+    assert "sk-live-123" not in page and "Bearer x1" not in page and "http://h" in page
+
+
+def test_a_long_run_keeps_every_failure_and_its_exact_distribution_when_thinned():
+    records = [build_record("closed", sent_at=1_700_000_000.0 + i * 0.01, ttft_s=0.1 + (i % 97) / 1000,
+                            concurrency=4, case="closed", error="http_500" if i % 1000 == 0 else None,
+                            comp=None if i % 1000 == 0 else 101) for i in range(20_000)]
+    charts = page_data([("a", RunData(records_frame(records), {}))])["runs"][0]["charts"]
+    shown = charts["requests"]["columns"]
+    assert charts["requests"]["shown"] <= MAX_POINTS < charts["requests"]["total"] == 20_000
+    assert sum(e is not None for e in shown["error"]) == 20
+    ttft = charts["distributions"][0]["ttft_s"]
+    assert ttft[0] == pytest.approx(0.1) and ttft[100] == pytest.approx(0.196) and ttft[50] == pytest.approx(0.148)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing", "no such run directory"),
+    (lambda tmp: write_run(tmp / "empty", []), "no measured request"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, message):
+    assert main(["html", str(make(tmp_path)), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()
