@@ -171,7 +171,7 @@ function syncZoom() {
   return {hooks: {setScale: [(u, key) => {
     if (key !== "x" || u._syncing) return;
     const {min, max} = u.scales.x;
-    for (const other of synced) if (other !== u) { other._syncing = true; other.setScale("x", {min, max}); other._syncing = false; }
+    for (const other of synced) if (other && other !== u) { other._syncing = true; other.setScale("x", {min, max}); other._syncing = false; }
   }]}};
 }
 

@@ -1,0 +1,131 @@
+"""report.html in Debian's headless Chromium with the network blocked: the page a real Locust run
+wrote when it was stopped by SIGTERM, and a comparison built afterwards. No console error, no
+request beyond the file, the charts drawn, the figures those of `report --json` and `compare --json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from analysis.__main__ import main
+from tests.analysis.builders import protocol_run
+from tests.conftest import LOCUSTFILE
+from tests.run.test_webui import ARTIFACTS, chromium_page
+
+PARTS = ("top", "what", "verdicts", "tables", "timeline", "distributions", "aggregate", "requests")
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A protocol run on the built-in simulator, ended by SIGTERM after its first requests."""
+    tmp = tmp_path_factory.mktemp("run")
+    run_dir = tmp / "r"
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2", "--rounds", "3",
+               "--scenarios", "code,en_tech", "--concurrency", "2", "--sim-args", "--time-scale 0.3",
+               "--metrics-interval", "0.5", "--run-dir", str(run_dir), "--loglevel", "WARNING"]
+    log = open(tmp / "locust.log", "wb")
+    proc = subprocess.Popen(command, cwd=tmp, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            journal = run_dir / "records.jsonl"
+            if journal.exists() and journal.read_bytes().count(b"\n") >= 5:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def browser_page():
+    """One page for the module, every non-file request aborted and kept in `page.attempted`."""
+    with chromium_page() as page:
+        page.attempted, page.errors = [], []
+        page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
+
+        def files_only(route):
+            if route.request.url.startswith("file:"):
+                route.continue_()
+            else:
+                page.attempted.append(route.request.url)
+                route.abort()
+        page.route("**/*", files_only)
+        yield page
+
+
+def opened(page, path, name):
+    """Opens the page, waits for its script to finish, screenshots each part to test-artifacts/."""
+    page.errors.clear()
+    page.goto(path.resolve().as_uri())
+    page.wait_for_selector("body[data-rendered=yes]")
+    ARTIFACTS.mkdir(exist_ok=True)
+    for part in PARTS:
+        page.locator(f"#{part}").screenshot(path=ARTIFACTS / f"report-{name}-{part}.png")
+    assert page.errors == [] and page.attempted == []
+    sizes = page.locator("[data-chart] canvas").evaluate_all("cs => cs.map(c => [c.width, c.height])")
+    assert len(sizes) >= 5 and all(w > 0 and h > 0 for w, h in sizes)
+    return page.evaluate("JSON.parse(document.getElementById('report-data').textContent)")
+
+
+def cli_json(capsys, *args):
+    assert main(list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.processes
+def test_page_of_a_run_stopped_by_sigterm_renders_offline_with_report_json_figures(stopped_run, browser_page,
+                                                                                    capsys):
+    page_file = stopped_run / "report.html"
+    assert page_file.exists()
+    data = opened(browser_page, page_file, "run")
+    report = cli_json(capsys, "report", str(stopped_run), "--json")
+    own = data["runs"][0]
+    assert {s["key"]: s["data"] for s in own["sections"]} == \
+        {key: rows for key, rows in report["tables"].items() if key in {s["key"] for s in own["sections"]}}
+    assert own["summary"]["single"] == report["single"]
+    shown = browser_page.locator("table[data-section=single] tbody tr").count()
+    assert shown == len(report["tables"]["single"]) > 0
+    assert own["charts"]["requests"]["total"] == sum(s["n"] for s in own["charts"]["distributions"]) + \
+        sum(1 for e in own["charts"]["requests"]["columns"]["error"] if e)
+    ttft = browser_page.locator("[data-chart=timeline-ttft] .u-over")
+    ttft.scroll_into_view_if_needed()
+    box = ttft.bounding_box()
+    browser_page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+    assert "request_id" in browser_page.locator("#tip").inner_text()  # the hovered point's record
+
+
+@pytest.mark.processes
+def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path, browser_page, capsys):
+    dirs = []
+    for name, scale in (("fast", 1.0), ("slow", 1.3)):
+        run = tmp_path / name
+        run.mkdir()
+        records = [{**r, "total_s": r["total_s"] * scale if r["total_s"] else None} for r in protocol_run()]
+        (run / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        dirs.append(str(run))
+    out = tmp_path / "compare.html"
+    assert main(["html", *dirs, "--out", str(out)]) == 0
+    capsys.readouterr()
+    opened(browser_page, out, "comparison")
+    compared = cli_json(capsys, "compare", *dirs, "--json")
+    rows = browser_page.locator("[data-part=verdicts] tbody tr")
+    assert rows.count() == len(compared["verdicts"]) > 0
+    shown = rows.evaluate_all("rs => rs.map(r => [r.cells[0].innerText, Number(r.dataset.diffPct), r.dataset.verdict])")
+    assert {figure: (round(diff, 9), verdict) for figure, diff, verdict in shown} == \
+        {v["figure"]: (round(v["diff_pct"], 9), v["verdict"]) for v in compared["verdicts"]}
+    colours = browser_page.locator("#top .runs .chip").evaluate_all("cs => cs.map(c => c.style.background)")
+    assert len(colours) == 2 and len(set(colours)) == 2
