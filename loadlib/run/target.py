@@ -23,8 +23,14 @@ class Target:
         self.simulator: Any = None
         self.target_simulators: dict[str, Any] = {}  # an A/B run's own simulators, by their sim_args
 
-    def start(self) -> None:
-        """Checks the --host, or starts the built-in simulator when there is none."""
+    def start(self, targets: list[TargetSpec]) -> None:
+        """Checks the --host, or starts the built-in simulator when there is none; an A/B run's
+        profile names its servers itself (`targets`), and --host beside it is refused."""
+        if targets:
+            if self.environment.host:
+                usage_error("--host: the profile names its servers in [[targets]]; leave --host out")
+            self.environment.host = self.servers(targets)[0][1]
+            return
         if not self.environment.host:
             from loadlib.sim.process import start_simulator
 

@@ -132,3 +132,15 @@ def test_free_running_cells_alternate_across_worker_processes(tmp_path):
     spans = measured.groupby("target")["sent_at"].agg(["min", "max"])
     assert spans.loc["A", "max"] < spans.loc["B", "min"]  # closed@A, then closed@B
     assert "Verdicts against A" in result.stdout and "closed steady decode t/s: B is" in result.stdout
+
+
+@pytest.mark.processes
+def test_a_host_beside_a_profile_with_targets_is_refused_in_one_line(tmp_path):
+    profile = tmp_path / "ab.toml"
+    profile.write_text(ROUNDS_AB)
+    result = run_locust(["--headless", "-u", "2", "--profile", str(profile), "--host", "http://127.0.0.1:9"],
+                        cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "--host: the profile names its servers in [[targets]]; leave --host out")
+    assert "Traceback" not in result.stderr
