@@ -108,6 +108,16 @@ def test_json_report_keeps_the_issue_8_schema_and_adds_every_table():
     assert payload["tables"]["steady_state"] == []
 
 
+def test_json_percentiles_carry_their_interval_and_sufficiency_by_percentile():
+    payload = json.loads(json_format.render(run_report(build_run(extended_run()))))
+    rows = [row for rows in payload["tables"].values() for row in rows if "p99_ci_low" in row]
+    assert rows, "no table with percentile intervals"
+    for row in rows:
+        assert row["ci"]["p99"] == [row["p99_ci_low"], row["p99_ci_high"]]
+        assert row["enough"] == {"p50": row["p50_enough"], "p90": row["p90_enough"], "p99": row["p99_enough"]}
+        assert row["enough"]["p99"] is (row["n"] >= 100)  # 3 rounds: a p99 never rests on enough samples
+
+
 def test_csv_report_is_one_tidy_table_that_pivots_back():
     rows = list(csv.DictReader(io.StringIO(csv_format.render(run_report(build_run(protocol_run()))))))
     assert set(rows[0]) == {"section", "row", "column", "value"}
