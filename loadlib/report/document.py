@@ -8,6 +8,7 @@ module with one `render(document) -> str` function.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,3 +55,22 @@ def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Table rows as plain dicts; NaN becomes None."""
     clean = frame.astype(object).where(frame.notna(), None)
     return clean.to_dict("records")
+
+
+PERCENTILE_CI = re.compile(r"^(\w*p\d+(?:\.\d+)?)_ci_low$")
+
+
+def with_intervals(row: dict[str, Any]) -> dict[str, Any]:
+    """The row, with its percentiles' intervals and sufficiency also keyed by percentile."""
+    names = [match.group(1) for match in map(PERCENTILE_CI.match, row) if match]
+    if not names:
+        return row
+    return {**row, "ci": {name: [row[f"{name}_ci_low"], row.get(f"{name}_ci_high")] for name in names},
+            "enough": {name: row.get(f"{name}_enough") for name in names}}
+
+
+def json_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """`rows` as JSON gives them: a row with percentiles and their confidence intervals (`p99`,
+    `p99_ci_low`, `p99_ci_high`, `p99_enough`) also holds them by percentile, `"ci": {"p99":
+    [low, high]}` and `"enough": {"p99": false}` (false: a tail on too few samples, never read bare)."""
+    return [with_intervals(row) for row in rows(frame)]

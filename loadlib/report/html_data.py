@@ -15,10 +15,12 @@ from loadlib.figures import across_runs, verdicts
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
-from loadlib.report.document import Section, flatten, rows
+from loadlib.report.document import Section, flatten, json_rows, rows
 from loadlib.report.html_charts import run_charts
 from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.targets import TargetRun
 from loadlib.report.validity import judged
+from loadlib.report.verdicts import verdicts_section
 
 SECRET = re.compile(r"api[_-]?key|authori[sz]ation|secret|password|bearer|cookie", re.IGNORECASE)
 # what was run, in this order (manifest keys and their sub-keys); the rest follows
@@ -56,24 +58,18 @@ def section_entry(section: Section) -> dict[str, Any]:
     """A section as the page shows it: the view's rows (text) and the data's rows (figures)."""
     return {"key": section.key, "title": section.title, "columns": [str(c) for c in section.view.columns],
             "left": list(section.left), "view": section.view.astype(str).to_numpy().tolist(),
-            "data": rows(section.data), "shown": not (section.optional and section.data.empty)}
+            "data": json_rows(section.data), "shown": not (section.optional and section.data.empty)}
 
 
 def comparison(runs: list[tuple[str, RunData]]) -> dict[str, Any]:
     """The headline figures per run with the difference to the first (`across_runs.differences`),
-    and each run against the first figure by figure (`verdicts.verdicts_table`), with `a` and `b`
-    the headline values, as `python -m analysis compare` has them."""
+    and each run against the first figure by figure, the rows of `python -m analysis compare`'s
+    verdicts (`loadlib.report.verdicts`)."""
     labels = [label for label, _ in runs]
     figures = pd.concat([headline_figures(run.df, run.slo).assign(run=label) for label, run in runs],
                         ignore_index=True)
-    values = figures.set_index(["run", "figure"])["value"]
-    samples = [verdicts.headline_samples(run.df, run.slo) for _, run in runs]
-    found = []
-    for label, own in zip(labels[1:], samples[1:]):
-        table = verdicts.verdicts_table(samples[0], own)
-        table["a"] = [values.get((labels[0], f), a) for f, a in zip(table["figure"], table["a"])]
-        table["b"] = [values.get((label, f), b) for f, b in zip(table["figure"], table["b"])]
-        found += rows(table.assign(run_a=labels[0], run_b=label))
+    sides = [TargetRun(label, run.df, run.manifest, run.run_dir) for label, run in runs]
+    judged = verdicts_section(sides, [run.slo for _, run in runs], figures)
     differences = across_runs.differences(figures, labels[0])
     return {"figures": rows(differences[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]]),
-            "verdicts": found, "equivalence_pct": verdicts.EQUIVALENCE_PCT}
+            "verdicts": rows(judged.data), "equivalence_pct": verdicts.EQUIVALENCE_PCT}

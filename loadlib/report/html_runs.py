@@ -10,6 +10,7 @@ from typing import Sequence, Union
 
 from loadlib.records import read_records_frame
 from loadlib.report.contents import RunData
+from loadlib.report.targets import split_targets, target_data
 
 RunInput = Union[RunData, str, Path]
 
@@ -32,12 +33,11 @@ def read_run(run_dir: str | Path) -> RunData:
 
 
 def by_target(label: str, data: RunData, several_runs: bool = False) -> list[tuple[str, RunData]]:
-    """One pair per target of the run's records (in their order of appearance); the run itself
-    when it has one. With `several_runs` a target's label keeps its run's in front ("a/B")."""
-    df = data.df
-    targets = [str(t) for t in df["target"].unique()] if "target" in df.columns else []
-    if len(targets) < 2:
+    """One pair per target of an A/B run (`loadlib.report.targets`: its records, its manifest
+    entry and server files), in the profile's order; the run itself when it has one target. With
+    `several_runs` a target's label keeps its run's in front ("a/B")."""
+    targets = split_targets(data.df, data.manifest, data.run_dir)
+    if not targets:
         return [(label, data)]
-    return [(f"{label}/{target}" if several_runs else target,
-             RunData(df[df["target"] == target].reset_index(drop=True), data.manifest, data.run_dir, data.targets))
+    return [(f"{label}/{target.label}" if several_runs else target.label, target_data(target, data.targets))
             for target in targets]
