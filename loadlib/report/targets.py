@@ -49,6 +49,7 @@ def split_targets(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: Path |
         entry = entries.get(label, {"label": label})
         own = {**manifest, "target": {key: value for key, value in entry.items() if key != "server"}}
         own.pop("server", None)
+        own.pop("targets", None)  # a target reads as a run of one server: its own entry is `target`
         if "server" in entry:
             own["server"] = entry["server"]
         split.append(TargetRun(label, df[df["target"] == label].reset_index(drop=True), own,
