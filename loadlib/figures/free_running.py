@@ -299,30 +299,53 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
     `p90_enough`, ...)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
-        steady = group[group["ok"].to_numpy() & steady_requests(sent, start, stop)]
-        scheduled = _scheduled(group)
-        if scheduled:
-            steady = steady.assign(intended_ttft_s=from_intended_send(steady["ttft_s"], steady["queue_s"]),
-                                   intended_total_s=from_intended_send(steady["total_s"], steady["queue_s"]))
-        figures = steady[[col for col in STEADY_FIGURES if (scheduled or col not in SCHEDULED_FIGURES)
-                          and (col not in STEADY_OPTIONAL or (steady[col] > 0 if col == "reasoning_tokens"
-                                                              else steady[col].notna()).any())]]
-        pct = figures.quantile(list(PERCENTILES)).T
-        pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-        pct = pct.assign(n=figures.count()).join(pd.DataFrame.from_dict(
-            {col: percentile_uncertainty(figures[col], PERCENTILES) for col in figures.columns}, orient="index",
-            columns=uncertainty_columns(PERCENTILES)))
-        parts.append(pct[pct["n"] > 0].rename_axis("figure").reset_index().assign(cell=cell))
-    if not parts:
-        return pd.DataFrame(columns=PERCENTILE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[PERCENTILE_COLUMNS]
+        pick = group["ok"].to_numpy(dtype=bool) & steady_requests(sent, start, stop)
+        figures = _steady_figures(group, pick)
+        parts += [{"cell": cell, "figure": name, **dict(zip(PERCENTILE_COLUMNS[2:5], np.quantile(values, PERCENTILES))),
+                   "n": values.size, **percentile_uncertainty(values, PERCENTILES)}
+                  for name, values in figures.items() if values.size]
+    return pd.DataFrame(parts, columns=PERCENTILE_COLUMNS)
+
+
+def _steady_figures(group: pd.DataFrame, pick: np.ndarray) -> dict[str, np.ndarray]:
+    """The values (no NaN) of each of `STEADY_FIGURES` over the `pick`ed requests of a cell: the
+    latencies from the intended send only in a cell sent on a schedule, an optional figure only
+    where some request has it. Arrays, not a frame: a million-row cell is not copied."""
+    scheduled = _scheduled(group)
+    column = {name: group[name].to_numpy(dtype="float64")[pick]
+              for name in STEADY_FIGURES if name in group.columns}
+    if scheduled:
+        column["intended_ttft_s"] = from_intended_send(column["ttft_s"], column["queue_s"])
+        column["intended_total_s"] = from_intended_send(column["total_s"], column["queue_s"])
+    figures = {}
+    for name in STEADY_FIGURES:
+        if name in SCHEDULED_FIGURES and not scheduled:
+            continue
+        values = column[name][~np.isnan(column[name])]
+        present = bool((values > 0).any()) if name == "reasoning_tokens" else values.size > 0
+        if name in STEADY_OPTIONAL and not present:
+            continue
+        figures[name] = values
+    return figures
 
 
 def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
     """Each free-running cell as `steady_cell` finds it: what the steady-state tables share, found
     once (a million records take a noticeable time to sort)."""
-    free = df.loc[~df["case"].isin((SINGLE, *CONCURRENT_CASES)), STEADY_INPUTS]
-    return [steady_cell(str(cell), group) for cell, group in free.groupby("cell", sort=False, observed=True)]
+    free = ~df["case"].isin((SINGLE, *CONCURRENT_CASES)).to_numpy()
+    if not free.any():
+        return []
+    codes, names = pd.factorize(df["cell"])  # a categorical's own codes: no million strings made
+    return [steady_cell(str(names[code]), rows_where(df, free & (codes == code))) for code in pd.unique(codes[free])]
+
+
+def rows_where(df: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """The rows of `df` where `mask` holds: a slice (a view, nothing copied) when they are one
+    run of rows, as a cell's are in a journal, else a copy of just the `STEADY_INPUTS` columns."""
+    rows = np.flatnonzero(mask)
+    if rows[-1] - rows[0] + 1 == rows.size:
+        return df.iloc[rows[0]:rows[-1] + 1]
+    return df.loc[mask, STEADY_INPUTS]
 
 
 def steady_cell(name: str, group: pd.DataFrame) -> SteadyCell:
