@@ -20,6 +20,7 @@ from loadlib.modes.search_driver import SearchLoad
 from loadlib.modes.trace import TraceLoad
 from loadlib.scenarios import KINDS
 from loadlib.scenarios.spec import Strict, Thinking
+from loadlib.sweep.spec import ServerSpec
 from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 from loadlib.wire.connection import Endpoint
 
@@ -104,6 +105,7 @@ class Profile(Strict):
     scenarios: dict[str, ScenarioSpec] = Field(default_factory=dict)  # none with mode = "trace"
     slo: Slo = Field(Slo(), validate_default=True)  # validated even when absent: the search mode needs one
     targets: list[TargetSpec] = Field(default_factory=list)  # an A/B run: cells alternate between them
+    server: ServerSpec | None = None  # a sweep: the server launched once per configuration
 
     @field_validator("targets")
     @classmethod

@@ -1,0 +1,134 @@
+"""A profile's `[server]` table: how to launch the server a sweep measures, and its configurations.
+
+`command` is one launch command, split like a shell would (`shlex`) but run without one; its
+`{placeholders}` are `{port}` (a free port the tool picks) and the keys of `[server.grid]` or of
+each `[[server.configs]]`'s `values`. `{{` and `}}` are literal braces. A placeholder that is
+neither, a grid key the command does not use, or a named configuration that leaves a placeholder
+unfilled is refused when the profile is read, in one line that names it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+from typing import Annotated, Any, Union
+
+from pydantic import AfterValidator, Field, PositiveFloat, field_validator, model_validator
+
+from loadlib.scenarios.spec import Strict
+
+PORT = "port"
+DEFAULT_HEALTH = "/health"
+DEFAULT_READY_TIMEOUT_S = 600.0  # a large model's weights load for minutes before /health answers
+DEFAULT_STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this
+KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a placeholder's name: a Python identifier
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.=,-]*$"  # a named configuration's label (the records' `target`)
+
+Scalar = Union[bool, int, float, str]  # a value TOML gives that a command line can hold
+
+
+def _scalar(value: Any) -> Scalar:
+    if not isinstance(value, (bool, int, float, str)):
+        raise ValueError(f"expected a number, string or boolean, got {type(value).__name__}")
+    return value
+
+
+Value = Annotated[Any, AfterValidator(_scalar)]  # a `Scalar`, refused in one error (not one per type)
+
+
+class NamedConfig(Strict):
+    """One `[[server.configs]]` entry: its label and the value of each placeholder but `{port}`."""
+
+    label: str = Field(min_length=1, max_length=60, pattern=LABEL_PATTERN)
+    values: dict[Annotated[str, Field(pattern=KEY_PATTERN)], Value] = Field(default_factory=dict)
+
+
+class ServerSpec(Strict):
+    """How to start, check and stop the server of each configuration (see the module's doc).
+    With neither `grid` nor `configs` the sweep is one configuration: the command as written."""
+
+    command: str = Field(min_length=1)
+    health: str = DEFAULT_HEALTH
+    ready_timeout_s: PositiveFloat = DEFAULT_READY_TIMEOUT_S
+    stop_grace_s: PositiveFloat = DEFAULT_STOP_GRACE_S
+    env: dict[str, str] = Field(default_factory=dict)
+    grid: dict[Annotated[str, Field(pattern=KEY_PATTERN)], Annotated[list[Value], Field(min_length=1)]] | None = None
+    configs: Annotated[list[NamedConfig], Field(min_length=1)] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _plain_placeholders(cls, command: str) -> str:
+        try:
+            shlex.split(command)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the command is split as a shell would, and run without one)") from None
+        if PORT not in placeholders(command):  # raises on a malformed one
+            raise ValueError("no {port}: the server must listen on the port the tool picks")
+        return command
+
+    @field_validator("health")
+    @classmethod
+    def _a_path(cls, health: str) -> str:
+        if not health.startswith("/"):
+            raise ValueError(f"a path on the server, starting with /, got {health!r}")
+        return health
+
+    @field_validator("grid")
+    @classmethod
+    def _distinct_values(cls, grid: dict[str, list[Scalar]] | None) -> dict[str, list[Scalar]] | None:
+        for key, values in (grid or {}).items():
+            if key == PORT:
+                raise ValueError("port is the tool's: it fills {port} with a free port")
+            typed = [(type(value), value) for value in values]  # 1 and true are two values
+            repeated = next((v for i, v in enumerate(values) if typed[i] in typed[:i]), None)
+            if repeated is not None:
+                raise ValueError(f"{key}: {repeated!r} is listed twice")
+        return grid
+
+    @field_validator("configs")
+    @classmethod
+    def _distinct_labels(cls, configs: list[NamedConfig] | None) -> list[NamedConfig] | None:
+        labels = [config.label for config in configs or []]
+        repeated = next((label for label in labels if labels.count(label) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"label {repeated!r} names two configurations")
+        return configs
+
+    @model_validator(mode="after")
+    def _placeholders_filled(self) -> "ServerSpec":
+        wanted = placeholders(self.command) - {PORT}
+        if self.grid is not None and self.configs is not None:
+            raise ValueError("grid or configs, not both")
+        if self.configs is not None:
+            for i, config in enumerate(self.configs):
+                _same_keys(wanted, set(config.values), f"configs.{i}.values")
+        else:
+            _same_keys(wanted, set(self.grid or {}), "grid")  # no grid: a command with {port} only
+        return self
+
+
+def placeholders(command: str) -> set[str]:
+    """The names of the command's `{placeholders}`; ValueError for braces that are not one."""
+    literal = "(write {{ and }} for literal braces)"
+    try:
+        parsed = list(string.Formatter().parse(command))
+    except ValueError as exc:
+        raise ValueError(f"{exc} {literal}") from None
+    names = set()
+    for _text, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"placeholder {shown}: only {{name}} is filled {literal}")
+        names.add(field)
+    return names
+
+
+def _same_keys(wanted: set[str], given: set[str], where: str) -> None:
+    """The command's placeholders against the keys that fill them, the first mismatch in words."""
+    for name in sorted(wanted - given):
+        keys = f"a key of {where} ({', '.join(sorted(given))})" if given else "filled by a grid or configs"
+        raise ValueError(f"command: placeholder {{{name}}} is neither {{port}} nor {keys}")
+    for name in sorted(given - wanted):
+        raise ValueError(f"{where}.{name}: not a placeholder of the command")
