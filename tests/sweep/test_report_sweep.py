@@ -1,0 +1,41 @@
+"""A sweep's text sections and chart: one row per configuration as people read it, the columns no
+configuration has left out, the configurations that did not serve with their last log lines."""
+
+from __future__ import annotations
+
+from loadlib.records import records_frame
+from loadlib.report import console
+from loadlib.report.document import Document
+from loadlib.report.sweep import sweep_plot, sweep_sections
+from loadlib.figures.goodput import DEFAULT_SLO
+from loadlib.figures.sweep import config_runs, sweep_table
+from tests.figures.test_sweep import closed, entry
+
+MANIFEST = {"sweep": [entry("draft=4,mrr=2", draft=4, mrr=2), entry("draft=8,mrr=2", draft=8, mrr=2),
+                      {**entry("draft=16,mrr=2", "exited"), "log_tail": ["loading", "ValueError: block 16 > 8"]}]}
+
+
+def records():
+    return records_frame(closed("draft=4,mrr=2", 0.5, 100, 25) + closed("draft=8,mrr=2", 0.25, 200, 20))
+
+
+def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve():
+    sections, _json = sweep_sections(records(), MANIFEST)
+    out = console.render(Document("uni-bench summary", sections))
+    table = out.split("Server sweep")[1].split("\n\n")[0].splitlines()
+    assert table[1].split() == ["configuration", "status", "n", "failed", "decode", "p50", "t/s", "all", "streams",
+                                "t/s", "TTFT", "p50", "s", "TTFT", "p90", "s", "SLO", "met", "tok/chunk"]
+    assert table[2].split()[:5] == ["draft=4,mrr=2", "ok", "20", "0", "100.0"]
+    assert table[4].split()[:4] == ["draft=16,mrr=2", "exited", "0", "0"]
+    assert "draft=16,mrr=2   exited   loading | ValueError: block 16 > 8" in out
+    assert "capacity" not in table[1] and "accept len" not in table[1]  # no search, no scrapes
+
+
+def test_the_chart_has_a_panel_per_figure_and_draws_to_a_file(tmp_path):
+    table = sweep_table(config_runs(records(), MANIFEST["sweep"]), DEFAULT_SLO)
+    figure = sweep_plot(table)
+    assert [ax.get_title() for ax in figure.axes] == ["decode t/s, all streams", "decode t/s per request (p50)",
+                                                      "TTFT p50 (s)", "tok/chunk (client)"]
+    figure.savefig(tmp_path / "sweep.png", dpi=60)
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
+    assert sweep_plot(table.iloc[:0]) is None
