@@ -15,7 +15,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from loadlib.sweep.spec import PORT, Scalar, ServerSpec
+from loadlib.sweep.spec import PORT, Scalar, ServerSpec, as_text
 
 PLAIN = re.compile(r"[\w@%+=:,./{}-]+")  # an argument shlex reads back as written, `{port}` included
 SINGLE_LABEL = "server"  # the one configuration of a [server] without grid or configs
@@ -48,12 +48,7 @@ def configurations(spec: ServerSpec) -> list[ServerConfig]:
 
 def label_of(values: Mapping[str, Scalar]) -> str:
     """A grid configuration's label: `draft=4,mrr=2`, its keys in the grid's order."""
-    return ",".join(f"{key}={text(value)}" for key, value in values.items())
-
-
-def text(value: Scalar) -> str:
-    """A value as a command line writes it: TOML's booleans as `true`/`false`, numbers as Python prints them."""
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return ",".join(f"{key}={as_text(value)}" for key, value in values.items())
 
 
 def _config(command: str, label: str, values: dict[str, Any]) -> ServerConfig:
@@ -68,5 +63,5 @@ def _fill(arg: str, values: Mapping[str, Scalar]) -> str:
     for literal, name, _spec, _conversion in string.Formatter().parse(arg):
         out.append(literal)
         if name is not None:
-            out.append("{" + PORT + "}" if name == PORT else text(values[name]))
+            out.append("{" + PORT + "}" if name == PORT else as_text(values[name]))
     return "".join(out)

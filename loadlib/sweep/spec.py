@@ -4,11 +4,14 @@
 `{placeholders}` are `{port}` (a free port the tool picks) and the keys of `[server.grid]` or of
 each `[[server.configs]]`'s `values`. `{{` and `}}` are literal braces. A placeholder that is
 neither, a grid key the command does not use, or a named configuration that leaves a placeholder
-unfilled is refused when the profile is read, in one line that names it.
+unfilled is refused when the profile is read, in one line that names it; so is a grid value
+its label (`draft=4,mrr=2`, the records' `target`) could not hold, such as a path: configurations
+with such values are named in `[[server.configs]]`.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import string
 from typing import Annotated, Any, Union
@@ -22,7 +25,9 @@ DEFAULT_HEALTH = "/health"
 DEFAULT_READY_TIMEOUT_S = 600.0  # a large model's weights load for minutes before /health answers
 DEFAULT_STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this
 KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a placeholder's name: a Python identifier
-LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.=,-]*$"  # a named configuration's label (the records' `target`)
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.=,-]*$"  # a configuration's label (the records' `target`)
+LABEL_MAX = 80
+GRID_VALUE = re.compile(r"[A-Za-z0-9_.-]+")  # a grid value as its label writes it (`draft=4,mrr=2`)
 
 Scalar = Union[bool, int, float, str]  # a value TOML gives that a command line can hold
 
@@ -39,7 +44,7 @@ Value = Annotated[Any, AfterValidator(_scalar)]  # a `Scalar`, refused in one er
 class NamedConfig(Strict):
     """One `[[server.configs]]` entry: its label and the value of each placeholder but `{port}`."""
 
-    label: str = Field(min_length=1, max_length=60, pattern=LABEL_PATTERN)
+    label: str = Field(min_length=1, max_length=LABEL_MAX, pattern=LABEL_PATTERN)
     values: dict[Annotated[str, Field(pattern=KEY_PATTERN)], Value] = Field(default_factory=dict)
 
 
@@ -83,6 +88,14 @@ class ServerSpec(Strict):
             repeated = next((v for i, v in enumerate(values) if typed[i] in typed[:i]), None)
             if repeated is not None:
                 raise ValueError(f"{key}: {repeated!r} is listed twice")
+            unlabelled = next((value for value in values if not GRID_VALUE.fullmatch(as_text(value))), None)
+            if unlabelled is not None:
+                raise ValueError(f"{key}: {unlabelled!r} cannot be part of a label (letters, digits, _ . -); "
+                                 "name such configurations in [[server.configs]]")
+        longest = sum(len(key) + 2 + max(len(as_text(value)) for value in values) for key, values in (grid or {}).items())
+        if longest - 1 > LABEL_MAX:
+            raise ValueError(f"its labels (key=value,...) would be longer than {LABEL_MAX} characters: "
+                             "shorter keys, or [[server.configs]]")
         return grid
 
     @field_validator("configs")
@@ -105,6 +118,12 @@ class ServerSpec(Strict):
         else:
             _same_keys(wanted, set(self.grid or {}), "grid")  # no grid: a command with {port} only
         return self
+
+
+def as_text(value: Scalar) -> str:
+    """A value as the command line and the label write it: TOML's booleans as `true`/`false`,
+    numbers as Python prints them."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def placeholders(command: str) -> set[str]:

@@ -37,9 +37,13 @@ def test_no_grid_is_one_configuration_the_command_as_written():
 
 def test_argv_fills_the_port_and_keeps_a_value_with_spaces_one_argument():
     [config] = configurations(spec(command="srv --port={port} --name 'a {name}' --flag {on}",
-                                   grid={"name": ["b c"], "on": [True]}))
-    assert config.label == "name=b c,on=true"
+                                   configs=[{"label": "spaced", "values": {"name": "b c", "on": True}}]))
     assert config.argv(8123) == ["srv", "--port=8123", "--name", "a b c", "--flag", "true"]
+
+
+def test_a_grid_label_writes_booleans_as_the_command_line_does():
+    labels = [c.label for c in configurations(spec(command="srv --port {port} --x {on}", grid={"on": [True, False]}))]
+    assert labels == ["on=true", "on=false"]
 
 
 def test_literal_braces_stay_single_and_are_not_placeholders():

@@ -56,6 +56,12 @@ def test_a_grid_and_named_configurations_are_read(tmp_path):
     ('[server]\ncommand = "srv --port {port} {d}"\n[server.grid]\nd = [4, 4]\n', "server.grid: d: 4 is listed twice"),
     ('[server]\ncommand = "srv --port {port} {d}"\n[server.grid]\nd = [[4]]\n',
      "server.grid.d.0: expected a number, string or boolean, got list"),
+    ('[server]\ncommand = "srv --port {port} --model {m}"\n[server.grid]\nm = ["/models/a"]\n',
+     "server.grid: m: '/models/a' cannot be part of a label (letters, digits, _ . -); name such configurations in "
+     "[[server.configs]]"),
+    ('[server]\ncommand = "srv --port {port} {a_very_long_key_name_indeed} {another_very_long_key_name}"\n'
+     '[server.grid]\na_very_long_key_name_indeed = ["0123456789abcdef"]\nanother_very_long_key_name = ["0123456789abcdef"]\n',
+     "server.grid: its labels (key=value,...) would be longer than 80 characters"),
     ('[server]\ncommand = "srv --port {port} {port}"\n[server.grid]\nport = [1]\n',
      "server.grid: port is the tool's: it fills {port} with a free port"),
     ('[server]\ncommand = "srv --port {port} {d}"\n[server.grid]\nd = [1]\n[[server.configs]]\nlabel = "a"\n'
