@@ -20,7 +20,7 @@ from loadlib.modes.search_driver import SearchLoad
 from loadlib.modes.trace import TraceLoad
 from loadlib.scenarios import KINDS
 from loadlib.scenarios.spec import Strict, Thinking
-from loadlib.sweep.spec import ServerSpec
+from loadlib.sweep.spec import LABEL_PATTERN, ServerSpec
 from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 from loadlib.wire.connection import Endpoint
 
@@ -77,7 +77,7 @@ class TargetSpec(Strict):
     """One server of an A/B run: its `label` (the records' `target`) and its `host`, or, with no
     host, a built-in simulator of its own started with `sim_args` (a check before GPU hours)."""
 
-    label: str = Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    label: str = Field(min_length=1, max_length=80, pattern=LABEL_PATTERN)
     host: str = ""
     sim_args: str = ""
 
@@ -114,9 +114,16 @@ class Profile(Strict):
         repeated = next((label for label in labels if labels.count(label) > 1), None)
         if repeated is not None:
             raise ValueError(f"label {repeated!r} names two targets")
-        if targets and isinstance(info.data.get("load"), SearchLoad):
+        if len(targets) > 1 and isinstance(info.data.get("load"), SearchLoad):
             raise ValueError("the search mode runs against one server: run it once per target")
         return targets
+
+    @field_validator("server")
+    @classmethod
+    def _servers_named_once(cls, server: ServerSpec | None, info: ValidationInfo) -> ServerSpec | None:
+        if server is not None and info.data.get("targets"):
+            raise ValueError("a [server] sweep starts its own servers: no [[targets]] beside it")
+        return server
 
     @field_validator("slo")
     @classmethod

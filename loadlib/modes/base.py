@@ -93,6 +93,8 @@ class Coordination:
     server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
+    `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
+    one target) and returns the new clock's start; `retire` ends the watch of a target's server.
     """
 
     build_body: Callable[[Job], dict[str, Any]]
@@ -107,6 +109,8 @@ class Coordination:
     lead_time_s: float = 0.05
     settle_s: float = 0.1
     request_timeout_s: float = 900.0
+    serve: Callable[["Profile"], float] | None = None
+    retire: Callable[[str], None] | None = None
 
 
 class Driver:
@@ -143,6 +147,9 @@ class Driver:
     def users_wanted(self, now: float) -> int:
         """How many users the load shape should have spawned at `now`."""
         return self.users
+
+    def close(self) -> None:
+        """The test ended (finished, stopped or interrupted): release what the driver holds."""
 
     def plan_done(self) -> bool:
         """Whether the whole plan ran (the test may have been stopped before)."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import gevent
-from gevent.queue import Queue
+from gevent.queue import Empty, Queue
 from pydantic import Field, PositiveInt
 
 from loadlib.modes.base import (Assignment, Coordination, Driver, LoadMode, ModeState, Phase, alternate, by_position,
@@ -86,7 +86,10 @@ class RoundsState(ModeState):
     def step(self, user: "LLMUser") -> None:
         """Sends the next assignment at its start time (one taken after its start time waited for
         a free user: `queue_s`)."""
-        assignment: Assignment = self.assignments.get()
+        try:  # bounded: a test's next configuration (a sweep) replaces this state
+            assignment: Assignment = self.assignments.get(timeout=1.0)
+        except Empty:
+            return
         delay = assignment.start_at - time.time()
         if delay > 0:
             gevent.sleep(delay)

@@ -35,6 +35,7 @@ from loadlib.run.shape import StreamsWanted
 from loadlib.run.summary_files import write_summary
 from loadlib.run.target import Target
 from loadlib.run.users import mode_user_classes
+from loadlib.sweep.play import SweepDriver
 from loadlib.truth.cache import flush_prefix_cache
 from loadlib.truth.watch import ServerWatch
 from loadlib.wire.client import chat_body
@@ -65,6 +66,7 @@ class RunSession:
         self.manifest: dict[str, Any] = {}
         self.live = LiveSeries()
         self.streams = StreamsWanted(self)
+        self.watches: dict[str, ServerWatch] = {}  # the servers watched now, by target label
         self.cut_short: str | None = None
         self.summarized = True
         self.summary_text = ""
@@ -98,39 +100,69 @@ class RunSession:
         self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self.target.label())
         self.live, self.cut_short, self.summarized = LiveSeries(), None, False
         self.streams.edited = None
-        api_key = api_key_of(opts)
-        targets = self.target.servers(self.profile.targets) if self.profile is not None else ()
+        profile = self.profile
+        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
+        sweep = profile is not None and profile.server is not None
+        if sweep:  # its servers come one at a time (`serve`): nothing to ask or send yet
+            config, model_warning = RunConfig(self.mode.name, request_settings(profile, opts, "", api_key_of(opts)),
+                                              users, time.time(), profile, self.users.worker_ids()), None
+            self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir)
+        else:
+            config, model_warning = self._configure(profile, users)
+            self.driver = self.mode.driver(profile, users, config.started_at, coordination(self))
+        self.config = config
+        early_stop = EarlyStop(self.target.url, self.stop) if not (opts.keep_going or sweep) else None
+        self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
+                                   self._settle if self.driver.wants_records else None, early_stop)
+        self._write_first_manifest(config, model_warning)
+        if not sweep:
+            self.users.begin(config)
+            self._watch_servers(config)
+        log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
+                 len(self.driver.plan), config.settings.model or "(from each server)")
+        gevent.spawn(self.driver.run_to_end)
+
+    def _configure(self, profile: Profile | None, users: int) -> tuple[RunConfig, str | None]:
+        """The test's configuration for `profile` from now on: its targets' URLs (else the run's
+        host) and the model their /v1/models offers, with a warning about that choice."""
+        opts, api_key = self.opts, api_key_of(self.opts)
+        targets = self.target.servers(profile.targets) if profile is not None else ()
         models = list_models(targets[0][1] if targets else self.target.url, api_key, not opts.insecure,
                              min(10.0, opts.request_timeout))
         model, model_warning = models.choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)
-        profile = self.profile
-        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
-        self.config = config = RunConfig(self.mode.name, request_settings(profile, opts, model, api_key), users,
-                                         time.time() + 0.5, profile, self.users.worker_ids(),
-                                         models.context_tokens.get(model), targets)
-        self.driver = self.mode.driver(profile, users, config.started_at, coordination(self, config))
-        early_stop = EarlyStop(self.target.url, self.stop) if not opts.keep_going else None
-        self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
-                                   self._settle if self.driver.wants_records else None, early_stop)
+        return RunConfig(self.mode.name, request_settings(profile, opts, model, api_key), users, time.time() + 0.5,
+                         profile, self.users.worker_ids(), models.context_tokens.get(model), targets), model_warning
+
+    def serve(self, profile: Profile) -> float:
+        """A sweep's next server: `profile` (its one target) to every process from now on, its
+        server watched; returns when the new configuration's clock starts."""
+        self.environment.host = profile.targets[0].host  # users spawned from now on send there by default
+        self.config = config = self._configure(profile, self.config.users)[0]
         self.users.begin(config)
-        self._write_first_manifest(config, model_warning)
-        self._watch_servers(config, api_key)
-        log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
-                 len(self.driver.plan), model)
-        gevent.spawn(self.driver.run_to_end)
+        self.manifest["model"] = self.manifest.get("model") or config.settings.model
+        self.manifest.setdefault("targets", []).extend(self.target.described(*target) for target in config.targets)
+        write_manifest(self.run_dir, self.manifest)
+        self._watch_servers(config)
+        return config.started_at
+
+    def retire(self, label: str) -> None:
+        """A sweep's server is done with: its last scrape, its watch released."""
+        watch = self.watches.pop(label, None)
+        if watch is not None:
+            watch.finish()
 
     def _write_first_manifest(self, config: RunConfig, model_warning: str | None) -> None:
         profile_file = self.opts.profile if self.plays_load_modes else None
         self.manifest = opening_manifest(config, self.opts, self.target.description(), self.driver.plan,
                                          profile_file, model_warning)
-        if config.targets:  # an A/B run: its servers instead of the one --host
-            self.manifest.pop("target", None)
+        if config.targets or config.profile is not None and config.profile.server is not None:
+            self.manifest.pop("target", None)  # an A/B run or a sweep: its servers instead of the one --host
             self.manifest["targets"] = [self.target.described(label, url) for label, url in config.targets]
         write_manifest(self.run_dir, self.manifest)
 
-    def _watch_servers(self, config: RunConfig, api_key: str | None) -> None:
+    def _watch_servers(self, config: RunConfig) -> None:
         """The server's side of the test; in an A/B run each target's, in `targets/<label>/`, its
         identity in the manifest's entry for that target."""
         for label, url in config.targets or (("", self.target.url),):
@@ -139,17 +171,21 @@ class RunSession:
                 run_dir = target_dir(self.run_dir, label)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 note = partial(self.note_for_target, label)
-            ServerWatch(run_dir, self.opts, url, api_key, note,
-                        cell_records=lambda cell, label=label: [r for r in self.records if r["cell"] == cell
-                                                                and r.get("target", "") == label],
-                        cell_events=self.driver.run.cell_events, test_stop=self.environment.events.test_stop,
-                        target=label).start()
+            watch = ServerWatch(run_dir, self.opts, url, api_key_of(self.opts), note,
+                                cell_records=lambda cell, label=label: [r for r in self.records if r["cell"] == cell
+                                                                        and r.get("target", "") == label],
+                                cell_events=self.driver.run.cell_events, test_stop=self.environment.events.test_stop,
+                                target=label)
+            if watch.start():
+                self.watches[label] = watch
 
     def end(self) -> None:
         """A test stops (finished, stopped or interrupted): print and save the summary once."""
         if self.summarized or self.run_dir is None:
             return
         self.summarized = True
+        if self.driver is not None:
+            self.driver.close()
         self.users.end()
         if self.opts.csv_prefix:  # Locust rewrites its --csv files once a second, not at the end: let it
             gevent.sleep(locust_stats.CSV_STATS_INTERVAL_SEC + 0.2)  # write them once more with every request
@@ -219,14 +255,17 @@ class RunSession:
             write_manifest(self.run_dir, self.manifest)
 
 
-def coordination(session: "RunSession", config: RunConfig) -> Coordination:
-    """What the test's driver may ask of the session and its users' processes."""
+def coordination(session: "RunSession") -> Coordination:
+    """What the test's driver may ask of the session and its users' processes (the configuration
+    read at each call: a sweep changes it as it goes)."""
     opts, users, run_dir = session.opts, session.users, session.run_dir
+
     def flush(target: str) -> str:
-        return flush_prefix_cache(config.target_url(target) or session.target.url, api_key_of(opts), not opts.insecure)
+        return flush_prefix_cache(session.config.target_url(target) or session.target.url, api_key_of(opts),
+                                  not opts.insecure)
     return Coordination(
-        build_body=lambda job: chat_body(config.settings, job.messages, **job.params),
+        build_body=lambda job: chat_body(session.config.settings, job.messages, **job.params),
         dispatch=users.dispatch, announce=users.announce, capacity=users.capacity,
         streams_in_flight=users.streams_in_flight, flush=flush, records=lambda: read_records(run_dir),
         note=session.note_in_manifest, cell_events=events.cell, lead_time_s=users.lead_time_s,
-        settle_s=users.settle_s, request_timeout_s=opts.request_timeout)
+        settle_s=users.settle_s, request_timeout_s=opts.request_timeout, serve=session.serve, retire=session.retire)

@@ -38,7 +38,11 @@ class StreamsWanted:
         if session.driver is not None and not session.driver.finished.is_set():
             return session.driver.users_wanted(time.time())
         users = session.opts.num_users or 1
-        return session.mode.first_users(session.profile.load, users) if session.profile is not None else users
+        if session.profile is None:
+            return users
+        if session.profile.server is not None:
+            return 0  # a sweep: no user before its first server is up
+        return session.mode.first_users(session.profile.load, users)
 
 
 class ProtocolShape(LoadTestShape):
@@ -66,5 +70,5 @@ class ProtocolShape(LoadTestShape):
             session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
             return None
         users = session.streams.now()
-        rate = opts.spawn_rate if session.streams.rate_given else float(users)
+        rate = opts.spawn_rate if session.streams.rate_given else float(max(users, 1))  # Locust wants a rate > 0
         return users, rate

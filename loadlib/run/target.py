@@ -10,7 +10,7 @@ from typing import Any
 
 from locust.env import Environment
 
-from loadlib.profiles import TargetSpec
+from loadlib.profiles import Profile, TargetSpec
 from loadlib.run.inputs import usage_error
 from loadlib.wire.connection import Endpoint
 
@@ -23,13 +23,16 @@ class Target:
         self.simulator: Any = None
         self.target_simulators: dict[str, Any] = {}  # an A/B run's own simulators, by their sim_args
 
-    def start(self, targets: list[TargetSpec]) -> None:
-        """Checks the --host, or starts the built-in simulator when there is none; an A/B run's
-        profile names its servers itself (`targets`), and --host beside it is refused."""
-        if targets:
+    def start(self, profile: Profile | None) -> None:
+        """Checks the --host, or starts the built-in simulator when there is none. A profile that
+        names its servers (an A/B run's `[[targets]]`, a sweep's `[server]`) refuses --host; the
+        first target becomes the users' host, a sweep's each server in turn."""
+        if profile is not None and (profile.targets or profile.server is not None):
             if self.environment.host:
-                usage_error("--host: the profile names its servers in [[targets]]; leave --host out")
-            self.environment.host = self.servers(targets)[0][1]
+                where = "[[targets]]" if profile.targets else "[server]"
+                usage_error(f"--host: the profile names its servers in {where}; leave --host out")
+            if profile.targets:
+                self.environment.host = self.servers(profile.targets)[0][1]
             return
         if not self.environment.host:
             from loadlib.sim.process import start_simulator
@@ -79,7 +82,10 @@ class Target:
         return self.simulator is not None and self.url.rstrip("/") == self.simulator.url.rstrip("/")
 
     def label(self) -> str:
-        """A run directory's default label: "sim", or the host's name."""
+        """A run directory's default label: "sim", the host's name, or "sweep" (no host: a sweep's
+        servers come one at a time)."""
+        if not self.url:
+            return "sweep"
         return "sim" if self.builtin else Endpoint.parse(self.url).host.replace(".", "-")
 
     def description(self) -> dict[str, Any]:

@@ -299,9 +299,15 @@ class ScenarioUser(StepUser):
         weighted = build_scenarios(profile, only=name)
         return weighted[0][0] if len(weighted) == 1 else Mix(weighted, profile.seed)
 
-    def on_start(self) -> None:
+    @property
+    def scenario(self) -> Scenario:
+        """The class's scenario for the current test on this process, primed on first use (a
+        sweep's next configuration starts afresh, primed on its own server)."""
         config = self.process_run.config
-        self.scenario = self.prepared(type(self), lambda: self.build_scenario(config.profile if config else None))
+        return self.prepared(type(self), lambda: self.build_scenario(config.profile if config else None))
+
+    def on_start(self) -> None:
+        _ = self.scenario  # primed now, so that no request waits for it
         super().on_start()
 
 

@@ -75,7 +75,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     plays_load_modes = any(issubclass(cls, ModeUser) for cls in locustfile_classes)
     profile = _checked_inputs(opts, plays_load_modes)
     target = Target(environment)
-    target.start(profile.targets if profile is not None else [])
+    target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
     if isinstance(runner, MasterRunner):

@@ -1,0 +1,118 @@
+"""A sweep played in one test: each configuration of the profile's `[server]` in turn, its server
+started (`launch`), the profile's load run against it by the mode's own driver, the server stopped.
+
+To the run a sweep is one driver. Each configuration becomes the profile with one target, labelled
+as the configuration, whose host is the server just started: `Coordination.serve` hands it to
+every process (the users send there from then on, its server is watched in `targets/<label>/`),
+and the records keep the label. So every report reads a sweep as it reads an A/B run, one
+configuration after another instead of cell by cell. A configuration whose server does not come
+up, or dies during its load, is a row of the manifest's `sweep` with its status and the last
+lines of its log, and the sweep goes on with the next.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from loadlib.modes.base import Coordination, Driver, LoadMode, Phase
+from loadlib.profiles import TargetSpec
+from loadlib.sweep.grid import ServerConfig, configurations
+from loadlib.sweep.launch import DIED, OK, RunningServer, launch
+
+if TYPE_CHECKING:
+    from loadlib.profiles import Profile
+
+log = logging.getLogger("uni-bench")
+
+SERVERS_DIR = "servers"  # each configuration's server log, `<label>.log`
+WATCH_S = 1.0  # how often a configuration's server is checked while its load runs
+STOPPED = "stopped"  # a configuration cut short by the end of the test
+
+
+class SweepDriver(Driver):
+    """The configurations of `profile.server` one after another, each played by `mode`'s driver."""
+
+    wants_records = True  # the modes' drivers that wait for their records are fed them through this one
+
+    def __init__(self, run: Coordination, users: int, profile: "Profile", mode: LoadMode, run_dir: Path) -> None:
+        super().__init__(run, users)
+        self.profile, self.mode = profile, mode
+        self.logs = run_dir / SERVERS_DIR
+        self.configs = configurations(profile.server)
+        self.rows: list[dict[str, Any]] = []
+        self.inner: Driver | None = None  # the driver of the configuration being measured
+        self.server: RunningServer | None = None
+        self._done_cells: list[Any] = []
+
+    @property
+    def phase(self) -> Phase:
+        inner = self.inner
+        return inner.phase if inner is not None and not inner.finished.is_set() else self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase = phase
+
+    def play(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for index, config in enumerate(self.configs):
+            self.phase = Phase("starting", note=f"server {index + 1} of {len(self.configs)}: {config.label}")
+            self._play(config)
+            if self.stopped:
+                return
+
+    def _play(self, config: ServerConfig) -> None:
+        log.info("sweep: starting %s", config.label)
+        server = self.server = launch(config, self.profile.server, self.logs / f"{config.label}.log")
+        if server.status != OK:
+            log.warning("sweep: %s %s; going on with the next", config.label, server.status)
+            self._note(server)
+            return
+        profile = self.profile.model_copy(update={"server": None,
+                                                  "targets": [TargetSpec(label=config.label, host=server.host)]})
+        started_at = self.run.serve(profile)
+        self.flush_cache(config.label)
+        inner = self.inner = self.mode.driver(profile, self.users, started_at, self.run)
+        self.plan = [*self._done_cells, *inner.plan]
+        playing = gevent.spawn(inner.run_to_end)
+        while not inner.finished.wait(WATCH_S):
+            if not server.alive():
+                log.error("sweep: the server of %s died during its load; going on with the next", config.label)
+                playing.kill()
+                break
+        self._done_cells = list(self.plan)
+        server.stop()
+        self.run.retire(config.label)
+        if inner.stopped and server.status != DIED:
+            self.stopped = inner.stopped
+        self._note(server, inner.stopped)
+
+    def _note(self, server: RunningServer, stopped: str | None = None) -> None:
+        row = server.entry()
+        if stopped and row["status"] == OK:
+            row.update(status=STOPPED, reason=stopped)
+        self.rows.append(row)
+        self.run.note("sweep", self.rows)
+
+    def users_wanted(self, now: float) -> int:
+        """The configuration's mode's wish; none before the first server is up."""
+        inner = self.inner
+        return inner.users_wanted(now) if inner is not None else 0
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        if self.inner is not None:
+            self.inner.on_record(record)
+
+    def close(self) -> None:
+        """The test ended: the server running now is stopped (its row says so)."""
+        server = self.server
+        if server is not None and not server.ended_at:
+            server.stop()
+            if self.inner is not None:
+                self.inner.close()
+            if not any(row["label"] == server.config.label for row in self.rows):
+                self._note(server, "the test ended during this configuration")
