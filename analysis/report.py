@@ -11,22 +11,19 @@ from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line, summary_dict
-from loadlib.report.targets import ab_sections, split_targets, target_data
+from loadlib.report.targets import split_sections
 from loadlib.report.validity import judged
 
 
 def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
     """The run's document. Goodput targets not given come from the run's profile (see `goodput_slo`);
-    an A/B run's has each target's figures, then the verdicts of each against the first."""
+    an A/B run's or a sweep's has each server's figures, then the verdicts of each against the first."""
     data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
-    targets = split_targets(run.records, run.manifest, run.path)
-    if targets:
-        each = [target_data(target, data.slo) for target in targets]
-        sections, verdicts = ab_sections(targets, each, report=True)
-        found |= {"targets": {target.label: summary_dict(own.tables) for target, own in zip(targets, each)},
-                  **verdicts, "validity": {target.label: validity_summary(own.checks)
-                                           for target, own in zip(targets, each) if judged(own.run_dir, own.manifest)}}
+    split = split_sections(run.records, run.manifest, run.path, report=True, slo=data.slo)
+    if split is not None:  # an A/B run or a sweep: each server's figures, then the verdicts
+        sections, more = split
+        found |= more
     else:
         sections = build_sections(data, report=True)
         found |= summary_dict(data.tables)

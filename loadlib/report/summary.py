@@ -21,7 +21,7 @@ from loadlib.report import console
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line
-from loadlib.report.targets import ab_sections, split_targets
+from loadlib.report.targets import split_sections
 
 
 def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any] | None = None,
@@ -34,7 +34,6 @@ def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any
 def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str | Path | None = None) -> Document:
     """The summary as a document (no manifest block): the settings line, then its sections."""
     run_dir = Path(run_dir) if run_dir is not None else None
-    targets = split_targets(df, manifest, run_dir)
-    if targets:  # an A/B run: each target's sections, then the verdicts
-        return Document(settings_line(df, manifest), ab_sections(targets)[0])
-    return Document(settings_line(df, manifest), build_sections(RunData(df, manifest, run_dir)))
+    split = split_sections(df, manifest, run_dir)  # an A/B run or a sweep: each server's, then the verdicts
+    sections = split[0] if split is not None else build_sections(RunData(df, manifest, run_dir))
+    return Document(settings_line(df, manifest), sections)

@@ -13,6 +13,7 @@ lines of its log, and the sweep goes on with the next.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ log = logging.getLogger("uni-bench")
 SERVERS_DIR = "servers"  # each configuration's server log, `<label>.log`
 WATCH_S = 1.0  # how often a configuration's server is checked while its load runs
 STOPPED = "stopped"  # a configuration cut short by the end of the test
+CONFIG_FINDINGS = ("search",)  # manifest keys a mode's driver notes that belong to its configuration
 
 
 class SweepDriver(Driver):
@@ -47,6 +49,7 @@ class SweepDriver(Driver):
         self.inner: Driver | None = None  # the driver of the configuration being measured
         self.server: RunningServer | None = None
         self._done_cells: list[Any] = []
+        self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
 
     @property
     def phase(self) -> Phase:
@@ -76,7 +79,8 @@ class SweepDriver(Driver):
                                                   "targets": [TargetSpec(label=config.label, host=server.host)]})
         started_at = self.run.serve(profile)
         self.flush_cache(config.label)
-        inner = self.inner = self.mode.driver(profile, self.users, started_at, self.run)
+        self._found = {}
+        inner = self.inner = self.mode.driver(profile, self.users, started_at, replace(self.run, note=self._inner_note))
         self.plan = [*self._done_cells, *inner.plan]
         playing = gevent.spawn(inner.run_to_end)
         while not inner.finished.wait(WATCH_S):
@@ -91,8 +95,17 @@ class SweepDriver(Driver):
             self.stopped = inner.stopped
         self._note(server, inner.stopped)
 
+    def _inner_note(self, key: str, value: Any) -> None:
+        """A configuration's finding: a search's result is that configuration's (its sweep row),
+        anything else the run's."""
+        if key in CONFIG_FINDINGS:
+            self._found[key] = value
+        else:
+            self.run.note(key, value)
+
     def _note(self, server: RunningServer, stopped: str | None = None) -> None:
-        row = server.entry()
+        row = {**server.entry(), **self._found}
+        self._found = {}
         if stopped and row["status"] == OK:
             row.update(status=STOPPED, reason=stopped)
         self.rows.append(row)
