@@ -80,7 +80,8 @@ def logs_section(table: pd.DataFrame) -> Section:
     view = pd.DataFrame({"configuration": data["label"].astype(str), "status": data["status"].astype(str),
                          "last log lines": [" | ".join(tail[-LOG_LINES:]) or text.MISSING for tail in data["log_tail"]]})
     return Section("sweep_logs", "Configurations that did not serve (exited: before it was healthy; unhealthy: "
-                   "not healthy in time, stopped; died: ended during its load), with the last lines of their logs",
+                   "not healthy in time, stopped; died: ended during its load; stopped: the test ended during it), "
+                   "with the last lines of their logs",
                    data, view, keys=("label",), left=tuple(view.columns), optional=True)
 
 

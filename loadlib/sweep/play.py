@@ -22,7 +22,7 @@ import gevent
 from loadlib.modes.base import Coordination, Driver, LoadMode, Phase
 from loadlib.profiles import TargetSpec
 from loadlib.sweep.grid import ServerConfig, configurations
-from loadlib.sweep.launch import DIED, OK, RunningServer, launch
+from loadlib.sweep.launch import DIED, OK, RunningServer, launch, log_tail
 
 if TYPE_CHECKING:
     from loadlib.profiles import Profile
@@ -48,6 +48,7 @@ class SweepDriver(Driver):
         self.rows: list[dict[str, Any]] = []
         self.inner: Driver | None = None  # the driver of the configuration being measured
         self.server: RunningServer | None = None
+        self.launching: ServerConfig | None = None  # a configuration whose server is starting
         self._done_cells: list[Any] = []
         self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
 
@@ -70,7 +71,9 @@ class SweepDriver(Driver):
 
     def _play(self, config: ServerConfig) -> None:
         log.info("sweep: starting %s", config.label)
+        self.launching = config
         server = self.server = launch(config, self.profile.server, self.logs / f"{config.label}.log")
+        self.launching = None
         if server.status != OK:
             log.warning("sweep: %s %s; going on with the next", config.label, server.status)
             self._note(server)
@@ -121,7 +124,15 @@ class SweepDriver(Driver):
             self.inner.on_record(record)
 
     def close(self) -> None:
-        """The test ended: the server running now is stopped (its row says so)."""
+        """The test ended: the server running now is stopped (its row says so); one still starting
+        is stopped when the tool exits (`launch`), its row written now."""
+        config = self.launching
+        if config is not None:
+            self.rows.append({"label": config.label, "config": dict(config.values), "status": STOPPED,
+                              "reason": "the test ended while its server was starting",
+                              "log_tail": log_tail(self.logs / f"{config.label}.log")})
+            self.run.note("sweep", self.rows)
+            return
         server = self.server
         if server is not None and not server.ended_at:
             server.stop()

@@ -1,0 +1,155 @@
+"""Server sweeps end to end: real headless Locust with a profile's `[server]`, each configuration's
+server (the built-in simulator) started by the tool, its load run against it, the server stopped;
+bad configurations are rows, the sweep goes on, and no server outlives the tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from loadlib.records import read_records
+from tests.conftest import LOCUSTFILE, run_locust
+
+SIM = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale {ts}"
+LOAD = """
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "rounds"
+rounds = 2
+concurrency = [2]
+[scenarios.protocol]
+single = ["code"]
+"""
+SWEEP = LOAD + f"""
+[server]
+command = "timeout -s KILL {{life}} {SIM}"
+ready_timeout_s = 20
+stop_grace_s = 2
+[[server.configs]]
+label = "fast"
+values = {{ ts = 0.05, life = 600 }}
+[[server.configs]]
+label = "broken"
+values = {{ ts = "nope", life = 600 }}
+[[server.configs]]
+label = "dies"
+values = {{ ts = 3.0, life = 4 }}
+[[server.configs]]
+label = "after"
+values = {{ ts = 0.05, life = 600 }}
+"""
+SLOW = LOAD + f"""
+[server]
+command = "{SIM}"
+ready_timeout_s = 20
+[[server.configs]]
+label = "slow"
+values = {{ ts = 3.0 }}
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    work = tmp_path_factory.mktemp("sweep")
+    (work / "sweep.toml").write_text(SWEEP)
+    result = run_locust(["--headless", "-u", "2", "--processes", "2", "--profile", str(work / "sweep.toml"),
+                         "--run-dir", str(work / "r"), "--loglevel", "WARNING"], cwd=work)
+    report = subprocess.run([sys.executable, "-m", "analysis", "report", str(work / "r"), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    manifest = json.loads((work / "r" / "manifest.json").read_text())
+    return result, manifest, json.loads(report.stdout), work / "r"
+
+
+@pytest.mark.processes
+def test_bad_configurations_are_rows_and_the_sweep_goes_on(sweep):
+    result, manifest, report, _run_dir = sweep
+    assert result.returncode == 1, result.stderr[-3000:]  # Locust's exit code: requests failed (the dying server's)
+    rows = {row["label"]: row for row in manifest["sweep"]}
+    assert [row["label"] for row in manifest["sweep"]] == ["fast", "broken", "dies", "after"]
+    assert [rows[label]["status"] for label in rows] == ["ok", "exited", "died", "ok"]
+    assert any("--time-scale" in line for line in rows["broken"]["log_tail"]), rows["broken"]["log_tail"]
+    assert rows["dies"]["returncode"] in (-9, 137)  # SIGKILLed (by `timeout`) during its load
+    assert [(row["label"], row["status"]) for row in report["sweep"]] == \
+        [(label, rows[label]["status"]) for label in rows]
+
+
+@pytest.mark.processes
+def test_each_configuration_keeps_its_label_and_workers_share_its_load(sweep):
+    _result, _manifest, report, run_dir = sweep
+    records = list(read_records(run_dir))
+    measured = [r for r in records if r["measured"]]
+    for label in ("fast", "after"):
+        own = [r for r in measured if r["target"] == label]
+        assert len(own) == 2 + 2 * 2 * 2 and not any(r["error"] for r in own)  # single x2, c2 x2 cells x2 rounds
+        assert {r["worker"] for r in own} == {0, 1}
+    assert not any(r["target"] == "broken" for r in records)
+    assert {row["run_b"] for row in report["verdicts"]} == {"after"}  # against fast; a dead server is not judged
+
+
+@pytest.mark.processes
+def test_the_summary_has_the_sweep_table_and_no_server_outlives_the_run(sweep):
+    result, manifest, _report, run_dir = sweep
+    summary = (run_dir / "summary.txt").read_text()
+    assert "Server sweep (one row per configuration" in summary and "Configurations that did not serve" in summary
+    assert "Verdicts against fast" in result.stdout
+    assert sorted(p.name for p in (run_dir / "servers").iterdir()) == ["after.log", "broken.log", "dies.log", "fast.log"]
+    for row in manifest["sweep"]:
+        assert row["pid"] is None or not _running(row["pid"]), row
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _server_of(tool: subprocess.Popen, timeout_s: float = 30.0) -> psutil.Process:
+    """The simulator the tool started (a child of the tool's process)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(tool.pid).children(recursive=True):
+            try:
+                if "loadlib.sim" in " ".join(child.cmdline()) and "--time-scale" in child.cmdline():
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.2)
+    raise AssertionError("the tool never started its server")
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_server_ends_with_the_tool(tmp_path, sig):
+    (tmp_path / "slow.toml").write_text(SLOW)
+    tool = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2",
+                             "--profile", str(tmp_path / "slow.toml"), "--run-dir", str(tmp_path / "r")],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        server = _server_of(tool)
+        deadline = time.monotonic() + 20
+        journal = tmp_path / "r" / "records.jsonl"
+        while not (journal.exists() and journal.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.2)  # its load has begun: the first request's record is in
+        tool.send_signal(sig)
+        output, _ = tool.communicate(timeout=30)
+        server.wait(timeout=10)  # raises if the server is still there
+        assert not _running(server.pid)
+        if sig == signal.SIGTERM:  # as Ctrl-C: the summary names the configuration cut short
+            manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+            assert manifest["sweep"][0]["label"] == "slow" and manifest["sweep"][0]["status"] == "stopped", output
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
