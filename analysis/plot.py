@@ -15,9 +15,12 @@ from matplotlib.figure import Figure
 
 from analysis.rundir import Run
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures import sweep as sweep_figures
+from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.protocol_tables import ProtocolTables, cell_order
 from loadlib.modes import search as search_module
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
+from loadlib.report.sweep import sweep_plot
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
 CASE_STYLE = {"same": "-", "different": "--"}
@@ -36,6 +39,7 @@ def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
         **{f"timeline_{_safe(run.label)}.png": timeline(run) for run in runs},
         **{f"search_{_safe(run.label)}.png": search(run) for run in runs},
         **{f"by_length_{_safe(run.label)}.png": by_length(run) for run in runs},
+        **{("sweep.png" if len(runs) == 1 else f"sweep_{_safe(run.label)}.png"): sweep(run) for run in runs},
     }
     written = []
     for name, figure in charts.items():
@@ -314,6 +318,17 @@ def search(run: Run) -> Figure | None:
     fig.suptitle(f"Capacity search of {run.label}: SLO figures per level (whisker = "
                  f"{search_module.INTERVAL[0]:.0%}-{search_module.INTERVAL[1]:.0%} bootstrap range)")
     return fig
+
+
+def sweep(run: Run) -> Figure | None:
+    """A server sweep's chart (`loadlib.report.sweep.sweep_plot`) of its table of configurations,
+    the figures the summary's sweep table gives; None for a run that is not a sweep."""
+    entries = run.manifest.get("sweep")
+    if not entries:
+        return None
+    table = sweep_figures.sweep_table(sweep_figures.config_runs(run.records, entries), goodput_slo(run.manifest),
+                                      run.path)
+    return sweep_plot(table)
 
 
 def _shade_cells(df: pd.DataFrame, top, bottom) -> None:

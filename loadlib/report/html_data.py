@@ -2,7 +2,8 @@
 report's sections (each table's formatted rows as the summary prints them and its raw figures as
 `report --json` gives them), the charts' data; for several runs (or targets) the figures side by
 side and each run's verdicts against the first, from `loadlib.figures.verdicts` as `compare`
-computes them. Nothing here computes a figure of its own."""
+computes them; for a server sweep its table of configurations and the logs of those that did not
+serve (`loadlib.report.sweep`). Nothing here computes a figure of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Section, flatten, json_rows, rows
 from loadlib.report.html_charts import run_charts
+from loadlib.report.html_runs import as_runs
 from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.sweep import sweep_sections
 from loadlib.report.targets import TargetRun
 from loadlib.report.validity import judged
 from loadlib.report.verdicts import verdicts_section
@@ -28,11 +31,14 @@ WHAT = ("target", "server.kind", "server.version", "server.launch", "model", "pr
         "tool", "command", "started_at", "ended_at")
 
 
-def page_data(runs: list[tuple[str, RunData]]) -> dict[str, Any]:
-    """The page's data for one run, or several side by side (the first is the reference)."""
+def page_data(given: list[tuple[str, RunData]]) -> dict[str, Any]:
+    """The page's data for one run, or several side by side (the first is the reference); a run
+    with several servers shows one run per target (`html_runs.as_runs`)."""
+    runs = as_runs(given)
     labels = [label for label, _ in runs]
     return {"labels": labels, "runs": [run_entry(label, data) for label, data in runs],
-            "comparison": comparison(runs) if len(runs) > 1 else None}
+            "comparison": comparison(runs) if len(runs) > 1 else None,
+            "sweeps": [sweep_entry(label, data) for label, data in given if data.manifest.get("sweep")]}
 
 
 def run_entry(label: str, run: RunData) -> dict[str, Any]:
@@ -47,9 +53,20 @@ def run_entry(label: str, run: RunData) -> dict[str, Any]:
             "charts": run_charts(run)}
 
 
+def sweep_entry(label: str, run: RunData) -> dict[str, Any]:
+    """A sweep's table (its data is `report --json`'s `"sweep"` rows, which the chart draws) and the
+    logs of the configurations that did not serve; its verdicts are the comparison's, as each
+    configuration that served is one of the page's runs."""
+    sections, _json = sweep_sections(run.df, run.manifest, run.run_dir, run.slo)
+    return {"label": label, "sections": [section_entry(s) for s in sections if s.key in ("sweep", "sweep_logs")]}
+
+
 def what_was_run(manifest: dict[str, Any]) -> list[list[str]]:
-    """The manifest as (key, value) rows, the `WHAT` keys first; no key that may hold a secret."""
-    flat = {key: value for key, value in flatten(dict(manifest)).items() if not SECRET.search(key)}
+    """The manifest as (key, value) rows, the `WHAT` keys first; no key that may hold a secret, and
+    not the profile's list of targets: each target of an A/B run has its own entry as `target`, and
+    its column names no other server."""
+    flat = {key: value for key, value in flatten(dict(manifest)).items()
+            if not SECRET.search(key) and not key.startswith("profile.targets")}
     first = [key for prefix in WHAT for key in flat if key == prefix or key.startswith(prefix + ".")]
     return [[key, flat[key]] for key in dict.fromkeys([*first, *flat])]
 

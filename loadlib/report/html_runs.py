@@ -15,13 +15,14 @@ from loadlib.report.targets import split_targets, target_data
 RunInput = Union[RunData, str, Path]
 
 
-def as_runs(pairs: Sequence[tuple[str, RunInput]]) -> list[tuple[str, RunData]]:
-    """Each pair's run (a run directory is read), split by target where it has several."""
-    found: list[tuple[str, RunData]] = []
-    for label, run in pairs:
-        data = run if isinstance(run, RunData) else read_run(run)
-        found += by_target(label, data, several_runs=len(pairs) > 1)
-    return found
+def read_runs(pairs: Sequence[tuple[str, RunInput]]) -> list[tuple[str, RunData]]:
+    """Each pair's run, a run directory read."""
+    return [(label, run if isinstance(run, RunData) else read_run(run)) for label, run in pairs]
+
+
+def as_runs(runs: Sequence[tuple[str, RunData]]) -> list[tuple[str, RunData]]:
+    """The runs as the page shows them: split by target where a run has several."""
+    return [pair for label, data in runs for pair in by_target(label, data, several_runs=len(runs) > 1)]
 
 
 def read_run(run_dir: str | Path) -> RunData:

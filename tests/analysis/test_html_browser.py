@@ -1,6 +1,7 @@
 """report.html in Debian's headless Chromium with the network blocked: the page a real Locust run
-wrote when it was stopped by SIGTERM, and a comparison built afterwards. No console error, no
-request beyond the file, the charts drawn, the figures those of `report --json` and `compare --json`."""
+wrote when it was stopped by SIGTERM, a comparison built afterwards, and the page of a real server
+sweep. No console error, no request beyond the file, the charts drawn, the figures those of
+`report --json` and `compare --json`."""
 
 from __future__ import annotations
 
@@ -16,10 +17,29 @@ import pytest
 
 from analysis.__main__ import main
 from tests.analysis.builders import protocol_run
-from tests.conftest import LOCUSTFILE
+from tests.conftest import LOCUSTFILE, run_locust
 from tests.run.test_webui import ARTIFACTS, chromium_page
 
 PARTS = ("top", "what", "verdicts", "tables", "timeline", "distributions", "aggregate", "requests")
+# The built-in simulator as the sweep's server, at 20x: two draft sizes that serve and one it refuses
+# (draft 0: it exits before it is healthy), under a tiny protocol load.
+SWEEP = """
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "rounds"
+rounds = 2
+concurrency = [2]
+[scenarios.protocol]
+single = ["code"]
+[server]
+command = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --speculative-num-draft-tokens {draft}"
+ready_timeout_s = 20
+stop_grace_s = 2
+[server.grid]
+draft = [4, 8, 0]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +67,17 @@ def stopped_run(tmp_path_factory):
             proc.wait()
         log.close()
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    """A server sweep played by real headless Locust, each configuration's simulator launched by it."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    (tmp / "sweep.toml").write_text(SWEEP, encoding="utf-8")
+    result = run_locust(["--headless", "-u", "2", "--profile", str(tmp / "sweep.toml"), "--run-dir", str(tmp / "r"),
+                         "--loglevel", "WARNING"], cwd=tmp, timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp / "r"
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +160,29 @@ def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path
         {v["figure"]: (round(v["diff_pct"], 9), v["verdict"]) for v in compared["verdicts"]}
     colours = browser_page.locator("#top .runs .chip").evaluate_all("cs => cs.map(c => c.style.background)")
     assert len(colours) == 2 and len(set(colours)) == 2
+
+
+@pytest.mark.processes
+def test_page_of_a_sweep_shows_its_table_logs_and_chart_as_report_json(sweep_run, browser_page, capsys, tmp_path):
+    opened(browser_page, sweep_run / "report.html", "sweep")
+    report = cli_json(capsys, "report", str(sweep_run), "--json")
+    assert [(r["label"], r["status"]) for r in report["sweep"]] == [("draft=4", "ok"), ("draft=8", "ok"),
+                                                                    ("draft=0", "exited")]
+    rows = browser_page.locator("table[data-section=sweep] tbody tr").evaluate_all(
+        "rs => rs.map(r => Array.from(r.cells, c => c.innerText))")
+    columns = browser_page.locator("table[data-section=sweep] th").all_inner_texts()
+    shown = [(row[columns.index("configuration")], row[columns.index("status")], int(row[columns.index("n")]))
+             for row in rows]
+    assert shown == [(r["label"], r["status"], r["n"]) for r in report["sweep"]] and shown[0][2] > 0
+    logs = browser_page.locator("table[data-section=sweep_logs] tbody tr").all_inner_texts()
+    assert len(logs) == 1 and "draft=0" in logs[0] and "must be above 0" in logs[0]  # the simulator's own refusal
+    drawn = browser_page.locator("[data-part=sweep-charts] [data-chart]").evaluate_all(
+        "cs => cs.map(c => [c.dataset.chart, c.querySelector('canvas')?.width ?? 0])")
+    # no capacity search and no free-running cell in a rounds load: that panel says so, the others draw
+    assert [key for key, width in drawn if width > 0] == ["sweep-decode_p50_tps", "sweep-ttft_p50_s",
+                                                          "sweep-accept_length"]
+    assert browser_page.locator("[data-chart=sweep-steady_decode_tps] .note").inner_text().startswith("(none")
+    browser_page.locator("#verdicts").screenshot(path=ARTIFACTS / "report-sweep-table-and-chart.png")
+    assert browser_page.errors == []
+    assert main(["plot", str(sweep_run), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "sweep.png").read_bytes().startswith(b"\x89PNG")

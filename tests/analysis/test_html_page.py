@@ -17,6 +17,7 @@ from loadlib.report.html_page import render_page, write_page
 from loadlib.report.html_runs import as_runs
 from loadlib.records import records_frame
 from tests.analysis.builders import build_record, free_running_records, protocol_run
+from tests.figures.test_sweep import closed, entry
 
 
 def write_run(path, records, manifest=None):
@@ -103,3 +104,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, message):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_sweep_page_has_its_table_and_the_logs_of_those_that_did_not_serve_as_report_json(tmp_path, capsys):
+    manifest = {"sweep": [entry("draft=4", draft=4), entry("draft=8", draft=8),
+                          {**entry("draft=0", "exited", draft=0), "log_tail": ["loading", "error: draft must be above 0"]}]}
+    run = write_run(tmp_path / "s", closed("draft=4", 0.5, 100, 25) + closed("draft=8", 0.25, 200, 20), manifest)
+    data = embedded(write_page([("s", run)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    report = cli_json(capsys, "report", str(run), "--json")
+    (sweep,) = data["sweeps"]
+    shown = {s["key"]: s for s in sweep["sections"]}
+    assert {key: s["data"] for key, s in shown.items()} == {key: report["tables"][key] for key in ("sweep", "sweep_logs")}
+    assert [row["label"] for row in shown["sweep"]["data"]] == [row["label"] for row in report["sweep"]]
+    assert shown["sweep_logs"]["view"] == [["draft=0", "exited", "loading | error: draft must be above 0"]]
+    assert data["labels"] == ["draft=4", "draft=8"]  # each configuration that served is a run of the page
+    assert data["comparison"]["verdicts"] == report["verdicts"]  # B/A against the first that served
+
+
+def test_each_target_of_an_ab_run_names_only_its_own_server():
+    records = [{**r, "target": "A"} for r in protocol_run()] + \
+              [{**r, "request_id": r["request_id"] + "b", "target": "B"} for r in protocol_run()]
+    manifest = {"model": "m", "targets": [{"label": "A", "url": "http://a:30000"}, {"label": "B", "url": "http://b:30000"}],
+                "profile": {"targets": [{"label": "A", "host": "http://a:30000"}, {"label": "B", "host": "http://b:30000"}]}}
+    data = page_data([("ab", RunData(records_frame(records), manifest))])
+    for run, own, other in zip(data["runs"], ("http://a:30000", "http://b:30000"), ("http://b:30000", "http://a:30000")):
+        assert own in run["heading"] and other not in run["heading"]
+        assert dict(run["what"])["target.url"] == own and other not in str(run["what"])
+    assert {v["run_b"] for v in data["comparison"]["verdicts"]} == {"B"}

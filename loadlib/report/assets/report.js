@@ -67,6 +67,7 @@ function what() {
 // --- verdicts, validity, the tables ---------------------------------------------------------------
 function verdicts() {
   const section = document.getElementById("verdicts");
+  DATA.sweeps.forEach((sw) => sweep(section, sw));
   if (DATA.comparison) {
     const c = DATA.comparison;
     section.append(el("h3", {text: `Verdicts against ${DATA.labels[0]} (B/A - 1 with its 95 % bootstrap CI from each run's rounds, requests or time bins; within ±${c.equivalence_pct} % reads not distinguishable)`}));
@@ -92,26 +93,90 @@ function verdicts() {
   RUNS.forEach((run, i) => {
     for (const key of ["validity", "search"]) {
       const s = run.sections.find((x) => x.key === key);
-      if (s && s.shown) section.append(sectionNode(run, i, s));
+      if (s && s.shown) section.append(sectionNode(s, runLead(run, i), {"data-run": String(i)}));
     }
     if (!run.sections.some((x) => x.key === "validity")) section.append(el("p", {class: "note", text: `${run.label}: no validity checks (the run kept neither its server's nor its client's watch)`}));
   });
 }
 
-function sectionNode(run, i, s) {
-  const title = el("h3", {}, ...(SEVERAL ? [chip(runColor(i)), `${run.label}: `] : []), s.title);
+const runLead = (run, i) => SEVERAL ? [chip(runColor(i)), `${run.label}: `] : [];
+
+// a section's title (after `lead`) and its table of the view's rows, `attrs` on the table
+function sectionNode(s, lead, attrs, cellClass) {
+  const title = el("h3", {}, ...lead, s.title);
   if (s.key === "validity") title.classList.add(s.title.startsWith("VALIDITY") ? "bad" : "good");
   const wrap = new Set(s.columns.filter((c) => s.left.includes(c) && s.view.some((row) => (row[s.columns.indexOf(c)] || "").length > 60)));
-  const body = s.view.length ? table(s.columns, s.view, {left: s.left, wrap, attrs: {"data-section": s.key, "data-run": String(i)}})
+  const body = s.view.length ? table(s.columns, s.view, {left: s.left, wrap, cellClass, attrs: {"data-section": s.key, ...attrs}})
     : el("p", {class: "note", text: "(none)"});
   return el("div", {}, title, body);
+}
+
+// --- a server sweep: its table, the logs of the configurations that did not serve, a chart per figure ---
+// The bars are the sweep table's figures (`report --json`'s "sweep" rows); a configuration that served
+// has its run's colour, one that did not is grey with its status written at its place.
+function sweep(section, sw) {
+  const lead = DATA.sweeps.length > 1 ? [`${sw.label}: `] : [];
+  const rows = sw.sections.find((s) => s.key === "sweep").data;
+  for (const s of sw.sections) {
+    if (!s.shown) continue;
+    const status = s.columns.indexOf("status");
+    section.append(sectionNode(s, lead, {"data-sweep": sw.label}, (r, c) => c === status && s.view[r][c] !== "ok" ? "bad" : null));
+  }
+  if (!rows.length) return;
+  const has = (key) => rows.some((r) => r[key] !== null);
+  const unit = {users: "users", rate: "req/s"}[rows.find((r) => r.capacity_variable)?.capacity_variable] || "";
+  const panels = [  // [column, its CI's prefix, title, axis]: the figures sweep_plot draws
+    has("capacity") ? ["capacity", null, `capacity within the SLO (the search's best level, ${unit})`, unit]
+      : ["steady_decode_tps", null, "decode t/s of all streams (steady state of the busiest free-running cell)", "t/s"],
+    ["decode_p50_tps", "decode_p50", "decode t/s per request, p50 (whiskers: 95 % CI)", "t/s"],
+    ["ttft_p50_s", "ttft_p50", "TTFT p50 (whiskers: 95 % CI)", "s"],
+    has("accept_length") ? ["accept_length", null, "accept length (the server's tokens per verify step)", "tokens"]
+      : ["tok_per_chunk", null, "tok/chunk (client; no server accept length scraped)", "tokens"],
+  ];
+  const runOf = (r) => Math.max(DATA.labels.indexOf(r.label), DATA.labels.indexOf(`${sw.label}/${r.label}`), 0);
+  const colors = rows.map((r) => r.status === "ok" ? runColor(runOf(r)) : "#999");
+  section.append(el("h3", {text: `${lead.join("")}Server sweep, each configuration in the order run`}));
+  const grid = el("div", {class: "grid2", "data-part": "sweep-charts"});
+  section.append(grid);
+  const xs = rows.map((_, i) => i);
+  for (const [key, ci, title, axis] of panels) {
+    const highs = rows.map((r) => Math.max(r[key] ?? 0, ci ? r[`${ci}_ci_high`] ?? 0 : 0));
+    const series = rows.map((r, i) => ({label: r.label, xs: r[key] === null ? [] : [i], ys: [r[key]], color: colors[i], bars: true}));
+    const data = [xs, ...rows.map((r, i) => xs.map((k) => k === i ? r[key] : null))];
+    chart(grid, `sweep-${key}`, title, "configuration", series, [{label: axis, size: 60, values: (u, splits) => splits.map((v) => fmt(v, 4))}], {
+      data, width: Math.floor(WIDTH() / 2) - 12, height: 240,
+      empty: "(none: no configuration ran a capacity search or a free-running cell)",
+      xScale: {range: [-0.5, rows.length - 0.5]},
+      xAxis: {splits: () => xs, values: (u, splits) => splits.map((i) => rows[i]?.label ?? ""), grid: {show: false}},
+      scales: {y: {range: [0, Math.max(...highs) * 1.15 || 1]}},
+      plugins: [sweepMarks(rows, ci)]});
+  }
+}
+
+// whiskers from each bar's CI low to high; a configuration that did not serve: its status at its place
+function sweepMarks(rows, ci) {
+  return {hooks: {draw: [(u) => {
+    const ctx = u.ctx; ctx.save(); ctx.lineWidth = devicePixelRatio; ctx.strokeStyle = "#222";
+    ctx.font = `${11 * devicePixelRatio}px system-ui`; ctx.textAlign = "center";
+    rows.forEach((r, i) => {
+      const x = u.valToPos(i, "x", true), cap = 5 * devicePixelRatio;
+      if (r.status !== "ok") { ctx.fillStyle = "#b3261e"; ctx.fillText(r.status, x, u.bbox.top + u.bbox.height - 6 * devicePixelRatio); return; }
+      const low = ci && r[`${ci}_ci_low`], high = ci && r[`${ci}_ci_high`];
+      if (low === null || high === null || low === undefined || high === undefined) return;
+      const [y0, y1] = [u.valToPos(low, "y", true), u.valToPos(high, "y", true)];
+      ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1);
+      for (const y of [y0, y1]) { ctx.moveTo(x - cap, y); ctx.lineTo(x + cap, y); }
+      ctx.stroke();
+    });
+    ctx.restore();
+  }]}};
 }
 
 function tables() {
   const section = document.getElementById("tables");
   RUNS.forEach((run, i) => {
     const box = el("details", {open: ""}, el("summary", {}, chip(runColor(i)), `${run.label}: ${run.sections.filter((s) => s.shown).length} tables`));
-    for (const s of run.sections) if (s.shown && s.key !== "validity" && s.key !== "search") box.append(sectionNode(run, i, s));
+    for (const s of run.sections) if (s.shown && s.key !== "validity" && s.key !== "search") box.append(sectionNode(s, runLead(run, i), {"data-run": String(i)}));
     section.append(box);
   });
 }
@@ -129,15 +194,16 @@ const charts = {};
 function chart(parent, key, title, xLabel, series, axes, extra = {}) {
   const box = el("div", {class: "chart", "data-chart": key}, el("h3", {text: title}));
   parent.append(box);
-  if (!series.length || series.every((s) => !s.xs.length)) { box.append(el("p", {class: "note", text: "(no data for this chart)"})); return null; }
+  if (!series.length || series.every((s) => !s.xs.length)) { box.append(el("p", {class: "note", text: extra.empty || "(no data for this chart)"})); return null; }
   const data = extra.data || joined(series);
   const opts = {
-    width: WIDTH(), height: extra.height || 260,
+    width: extra.width || WIDTH(), height: extra.height || 260,
     scales: {x: {time: false, ...(extra.xScale || {})}, ...(extra.scales || {})},
     axes: [{label: xLabel, ...(extra.xAxis || {})}, ...axes],
     series: [{label: xLabel}, ...series.map((s) => ({
       label: s.label, stroke: s.color, width: s.points ? 0 : 1.5, dash: s.dash || [], scale: s.scale || "y", spanGaps: true,
-      fill: s.fill, paths: s.points ? () => null : s.step ? uPlot.paths.stepped({align: 1}) : undefined,
+      fill: s.bars ? s.color : s.fill,
+      paths: s.points ? () => null : s.bars ? uPlot.paths.bars({size: [0.6, 80]}) : s.step ? uPlot.paths.stepped({align: 1}) : undefined,
       points: s.points ? {show: true, size: 4, stroke: s.color, fill: s.color} : {show: false},
       value: (u, v) => fmt(v),
     }))],
