@@ -18,7 +18,7 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Va
                       model_validator)
 
 from loadlib.modes.arrivals import ArrivalSlots
-from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase
+from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase, target_labels
 from loadlib.figures.capacity import level_seed
 from loadlib.modes.search import Search, judge
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
@@ -97,11 +97,12 @@ class Span:
 
     def to_message(self) -> dict[str, Any]:
         return {"cell": self.cell.name, "concurrency": self.cell.concurrency, "start": self.start,
-                "end": self.end, "number": self.number, "rate_rps": self.rate_rps}
+                "end": self.end, "number": self.number, "rate_rps": self.rate_rps, "target": self.cell.target}
 
     @classmethod
     def from_message(cls, data: dict[str, Any], mix: Scenario) -> "Span":
-        cell = Cell(data["cell"], CASE, mix, data["concurrency"], duration_s=data["end"] - data["start"])
+        cell = Cell(data["cell"], CASE, mix, data["concurrency"], duration_s=data["end"] - data["start"],
+                    target=data["target"])
         return cls(cell, data["start"], data["end"], data["number"], data["rate_rps"])
 
 
@@ -143,8 +144,9 @@ class SearchDriver(Driver):
     """
 
     def __init__(self, run: Coordination, users: int, load: SearchLoad, slo: Slo, mix: Scenario,
-                 started_at: float) -> None:
+                 started_at: float, target: str = "") -> None:
         super().__init__(run, users)
+        self.target = target  # the one server it searches (a sweep's configuration), by label
         top = float(users) if load.variable == "users" else float(load.max_rate or 0)
         self.search = Search(load.variable, load.start, top, load.step, load.precision, load.repeats)
         self.load, self.slo, self.mix = load, slo, mix
@@ -155,12 +157,13 @@ class SearchDriver(Driver):
 
     def play(self) -> None:
         if self.mix.cache == COLD:
-            self.flush_cache()
+            self.flush_cache(self.target)
         start = self.timeline.started_at
         while (step := self.search.next_step()) is not None:
             cell = self._run_level(step.value, step.cell, start)
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
-            records = (record for record in self.run.records() if record["cell"] in step.cells)
+            records = (record for record in self.run.records()
+                       if record["cell"] in step.cells and record.get("target", "") == self.target)
             judgement = judge(records_frame(records), self.slo, level_seed(step.cells))
             self.search.record(step, judgement)
             log.info("search: %s %s (pass share %.2f, %d requests)", cell.name, judgement.verdict,
@@ -177,10 +180,10 @@ class SearchDriver(Driver):
         concurrency = int(value) if users_variable else self.users
         rate = None if users_variable else value
         number = len(self.timeline.spans)
-        spans = [Span(Cell(WARMUP, CASE, self.mix, concurrency, duration_s=self.load.warmup_s), start,
+        spans = [Span(Cell(WARMUP, CASE, self.mix, concurrency, duration_s=self.load.warmup_s, target=self.target), start,
                       start + self.load.warmup_s, number, rate)] if self.load.warmup_s > 0 else []
         measured_start = start + self.load.warmup_s
-        cell = Cell(name, CASE, self.mix, concurrency, duration_s=self.load.duration_s)
+        cell = Cell(name, CASE, self.mix, concurrency, duration_s=self.load.duration_s, target=self.target)
         spans.append(Span(cell, measured_start, measured_start + self.load.duration_s, number + len(spans), rate))
         for span in spans:
             self.timeline.add(span)
@@ -188,7 +191,7 @@ class SearchDriver(Driver):
         self.plan.append(cell)
         note = f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}"
         self.phase = Phase("running", name, CASE, concurrency, duration_s=spans[-1].end - start, started_at=start,
-                           note=note)
+                           note=note, target=self.target)
         gevent.sleep(max(measured_start - time.time(), 0.0))
         self.run.cell_events.fire(cell=cell, phase="start")
         gevent.sleep(max(spans[-1].end - time.time(), 0.0))
@@ -243,7 +246,7 @@ class SearchMode(LoadMode):
 
     def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
         mix = Mix(build_scenarios(profile), profile.seed)
-        return SearchDriver(run, users, profile.load, profile.slo, mix, started_at)
+        return SearchDriver(run, users, profile.load, profile.slo, mix, started_at, target_labels(profile)[0])
 
     def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
         profile = config.profile

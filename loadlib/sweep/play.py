@@ -51,6 +51,7 @@ class SweepDriver(Driver):
         self.launching: ServerConfig | None = None  # a configuration whose server is starting
         self._done_cells: list[Any] = []
         self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
+        self._most_users = 0
 
     @property
     def phase(self) -> Phase:
@@ -115,9 +116,12 @@ class SweepDriver(Driver):
         self.run.note("sweep", self.rows)
 
     def users_wanted(self, now: float) -> int:
-        """The configuration's mode's wish; none before the first server is up."""
-        inner = self.inner
-        return inner.users_wanted(now) if inner is not None else 0
+        """The configuration's mode's wish, never fewer users than before (none before the first
+        server is up): Locust stops whichever users it likes, and a levelled mode's next search or
+        ladder from its first level needs its low stream numbers, which idle users above it keep."""
+        if self.inner is not None:
+            self._most_users = max(self._most_users, self.inner.users_wanted(now))
+        return self._most_users
 
     def on_record(self, record: dict[str, Any]) -> None:
         if self.inner is not None:

@@ -153,3 +153,46 @@ def test_the_server_ends_with_the_tool(tmp_path, sig):
         if tool.poll() is None:
             tool.kill()
             tool.wait()
+
+
+SEARCH_SWEEP = """
+seed = 1
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "search"
+variable = "users"
+start = 1
+step = 2
+warmup_s = 0.3
+duration_s = 1.5
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 5.0
+ttft_p = 90
+""" + f"""
+[server]
+command = "{SIM} --max-running-requests {{mrr}}"
+ready_timeout_s = 20
+[server.grid]
+ts = [0.05]
+mrr = [1, 2]
+"""
+
+
+@pytest.mark.processes
+def test_a_capacity_search_per_configuration(tmp_path):
+    (tmp_path / "search.toml").write_text(SEARCH_SWEEP)
+    result = run_locust(["--headless", "-u", "2", "--profile", str(tmp_path / "search.toml"),
+                         "--run-dir", str(tmp_path / "r"), "--loglevel", "WARNING"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "r" / "manifest.json").read_text())["sweep"]
+    assert [row["label"] for row in rows] == ["ts=0.05,mrr=1", "ts=0.05,mrr=2"]
+    for row in rows:  # each its own search, both levels measured on its own server (a loose SLO: both hold)
+        assert row["status"] == "ok" and row["search"]["best"] == 2, row.get("search")
+    records = [r for r in read_records(tmp_path / "r") if r["measured"]]
+    for row in rows:
+        cells = {r["cell"] for r in records if r["target"] == row["label"] and not r["error"]}
+        assert {"search-u1", "search-u2"} <= cells, (row["label"], cells)
+    assert "2 users (" in result.stdout  # the sweep table's capacity column
