@@ -1,6 +1,6 @@
 """Locust's `--html` report with the tool's summary in it, opened in Debian's headless Chromium with
 the network blocked: it renders without a console or page error, and shows both Locust's own
-statistics and the tool's LLM figures."""
+statistics and the tool's LLM figures, and links to the run's report.html, which opens beside it."""
 
 from __future__ import annotations
 
@@ -87,6 +87,14 @@ def test_html_report_of_an_own_locustfile_renders_locust_tables_and_the_llm_summ
         assert HOSTILE in summary  # the name's text, shown as text
         assert page.locator("#injected").count() == 0
         assert errors == []
+        link = page.locator("#uni-bench-report")  # the run's report.html, relative: the two files move together
+        href = link.get_attribute("href")
+        assert not href.startswith(("/", "file:", "http"))
+        assert (report.parent / href).resolve() == (tmp_path / "run" / "report.html").resolve()
+        with page.expect_navigation():
+            link.click()
+        page.wait_for_selector("body[data-rendered=yes]")  # the run's page, drawn by its own script
+        assert page.title() == "uni-bench report: run" and errors == []
 
 
 @pytest.mark.processes
