@@ -114,8 +114,6 @@ class Profile(Strict):
         repeated = next((label for label in labels if labels.count(label) > 1), None)
         if repeated is not None:
             raise ValueError(f"label {repeated!r} names two targets")
-        if len(targets) > 1 and isinstance(info.data.get("load"), SearchLoad):
-            raise ValueError("the search mode runs against one server: run it once per target")
         return targets
 
     @field_validator("server")

@@ -119,9 +119,6 @@ def test_a_broken_profile_stops_the_run_with_one_line_and_exit_code_2(tmp_path, 
     ('[scenarios.vision]\n[[targets]]\nlabel = "A"\nhost = "ftp://a"\n', "targets.0: host: "),
     ('[scenarios.vision]\n[[targets]]\nlabel = "A"\nhost = "http://a:1"\nsim_args = "--time-scale 0.1"\n',
      "targets.0: sim_args is for a target without host"),
-    ('[load]\nmode = "search"\nvariable = "users"\nstart = 1\nduration_s = 5\n[scenarios.vision]\n'
-     '[slo]\nttft_s = 1\nttft_p = 90\n[[targets]]\nlabel = "A"\n[[targets]]\nlabel = "B"\n',
-     "targets: the search mode runs against one server"),
     ('[scenarios.vision]\n[[targets]]\nlabel = "A"\n[server]\ncommand = "srv --port {port}"\n',
      "server: a [server] sweep starts its own servers: no [[targets]] beside it"),
 ])

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 import gevent
 from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, ValidationInfo, field_validator,
@@ -156,21 +156,28 @@ class SearchDriver(Driver):
         return self.timeline.users_wanted(now)
 
     def play(self) -> None:
+        for _cell in self.levels():
+            pass
+
+    def levels(self) -> Iterator[Cell]:
+        """The search, one level at a time (an A/B run alternates its targets' searches level by
+        level): each level played, judged, and the result noted before the next is chosen."""
         if self.mix.cache == COLD:
             self.flush_cache(self.target)
-        start = self.timeline.started_at
         while (step := self.search.next_step()) is not None:
+            start = time.time() + LEVEL_LEAD_S if self.timeline.spans else self.timeline.started_at
             cell = self._run_level(step.value, step.cell, start)
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
             records = (record for record in self.run.records()
                        if record["cell"] in step.cells and record.get("target", "") == self.target)
             judgement = judge(records_frame(records), self.slo, level_seed(step.cells))
             self.search.record(step, judgement)
-            log.info("search: %s %s (pass share %.2f, %d requests)", cell.name, judgement.verdict,
-                     judgement.pass_share, judgement.n)
+            log.info("search: %s%s %s (pass share %.2f, %d requests)", f"{self.target}: " if self.target else "",
+                     cell.name, judgement.verdict, judgement.pass_share, judgement.n)
             self.run.note(CASE, self.search.result(self.slo))
-            start = time.time() + LEVEL_LEAD_S
-        log.info("search: best %s (%s)", self.search.best, self.search.stopped)
+            yield cell
+        log.info("search: %sbest %s (%s)", f"{self.target}: " if self.target else "", self.search.best,
+                 self.search.stopped)
         self.run.note(CASE, self.search.result(self.slo))
 
     def _run_level(self, value: float, name: str, start: float) -> Cell:
@@ -198,6 +205,39 @@ class SearchDriver(Driver):
         self.drain(time.time() + self.run.request_timeout_s + 5)
         self.end_cell(cell)
         return cell
+
+
+class AlternatingSearches(Driver):
+    """An A/B run's search: each target's own search on one shared schedule, a level of A, then a
+    level of B, and so on until each has its answer, so both see the same client and hour. Each
+    target's result goes to the manifest's `search_by_target`."""
+
+    def __init__(self, run: Coordination, users: int, searches: list[SearchDriver]) -> None:
+        super().__init__(run, users)
+        self.searches = searches
+        self.current = searches[0]
+
+    @property
+    def phase(self) -> Phase:
+        return self.current.phase if not self.finished.is_set() else self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase = phase
+
+    def users_wanted(self, now: float) -> int:
+        return self.current.timeline.users_wanted(now)
+
+    def play(self) -> None:
+        playing = {search: search.levels() for search in self.searches}
+        while playing:
+            for search, levels in list(playing.items()):
+                self.current = search
+                cell = next(levels, None)
+                if cell is None:
+                    del playing[search]
+                else:
+                    self.plan.append(cell)
 
 
 def search_first_users(load: SearchLoad, users: int) -> int:
@@ -245,8 +285,25 @@ class SearchMode(LoadMode):
         return search_first_users(load, users)
 
     def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
-        mix = Mix(build_scenarios(profile), profile.seed)
-        return SearchDriver(run, users, profile.load, profile.slo, mix, started_at, target_labels(profile)[0])
+        """The search; in an A/B run one per target, alternating level by level on one schedule."""
+        labels = target_labels(profile)
+        if len(labels) == 1:
+            mix = Mix(build_scenarios(profile), profile.seed)
+            return SearchDriver(run, users, profile.load, profile.slo, mix, started_at, labels[0])
+        results: dict[str, Any] = {}
+
+        def note_for(label: str) -> Callable[[str, Any], None]:
+            def note(key: str, value: Any) -> None:
+                if key != CASE:
+                    return run.note(key, value)
+                results[label] = value
+                run.note(BY_TARGET, dict(results))
+            return note
+        searches = [SearchDriver(replace(run, note=note_for(label)), users, profile.load, profile.slo,
+                                 Mix(build_scenarios(profile), profile.seed), started_at, label) for label in labels]
+        for search in searches[1:]:
+            search.timeline = searches[0].timeline  # one schedule: the users' (spans numbered alike)
+        return AlternatingSearches(run, users, searches)
 
     def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
         profile = config.profile
@@ -260,3 +317,4 @@ class SearchMode(LoadMode):
 
 SEARCH = SearchMode()
 CASE = SEARCH.name  # the case of its cells, and its key in the manifest
+BY_TARGET = f"{CASE}_by_target"  # an A/B run's results, by target label

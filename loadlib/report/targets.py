@@ -58,6 +58,8 @@ def split_targets(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: Path |
         own.pop("search", None)
         own.update({key: row[key] for row in manifest.get("sweep") or [] if row.get("label") == label
                     for key in ("search",) if row.get(key)})  # a sweep's configuration: its own search
+        if label in (manifest.get("search_by_target") or {}):  # an A/B run's search, this target's
+            own["search"] = manifest["search_by_target"][label]
         if "server" in entry:
             own["server"] = entry["server"]
         split.append(TargetRun(label, df[df["target"] == label].reset_index(drop=True), own,

@@ -144,3 +144,39 @@ def test_a_host_beside_a_profile_with_targets_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1].endswith(
         "--host: the profile names its servers in [[targets]]; leave --host out")
     assert "Traceback" not in result.stderr
+
+
+SEARCH_AB = """
+seed = 1
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "search"
+variable = "users"
+start = 1
+step = 2
+warmup_s = 0.3
+duration_s = 1.5
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 5.0
+ttft_p = 90
+[[targets]]
+label = "A"
+sim_args = "--time-scale 0.05"
+[[targets]]
+label = "B"
+sim_args = "--time-scale 0.054"
+"""
+
+
+@pytest.mark.processes
+def test_a_search_per_target_level_by_level(tmp_path):
+    result, records = play(tmp_path, SEARCH_AB)
+    measured = records[records["measured"]]
+    starts = measured.groupby(["cell", "target"])["sent_at"].min().sort_values()
+    assert list(starts.index) == [("search-u1", "A"), ("search-u1", "B"), ("search-u2", "A"), ("search-u2", "B")]
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert {label: found["best"] for label, found in manifest["search_by_target"].items()} == {"A": 2, "B": 2}
+    assert result.stdout.count("Capacity search over closed-loop users: holds at 2 users") == 2
