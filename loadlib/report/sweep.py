@@ -101,10 +101,16 @@ def sweep_plot(table: pd.DataFrame) -> "Figure | None":
               ("decode_p50_tps", "decode_p50", "decode t/s per request (p50)"),
               ("ttft_p50_s", "ttft_p50", "TTFT p50 (s)"),
               (accept, None, "accept length" if accept == "accept_length" else "tok/chunk (client)")]
+    panels = [panel for panel in panels if table[panel[0]].notna().any()]  # a rounds sweep has no steady decode
+    if not panels:
+        return None
     fig = Figure(figsize=(max(8.0, 1.2 * len(table) + 4), 7), layout="constrained")
     x = np.arange(len(table))
     labels = table["label"].astype(str).tolist()
-    for ax, (column, ci, title) in zip(fig.subplots(2, 2).flat, panels):
+    axes = fig.subplots(2, 2).flat
+    for ax in list(axes)[len(panels):]:
+        ax.set_visible(False)
+    for ax, (column, ci, title) in zip(fig.axes, panels):
         values = table[column].to_numpy(dtype="float64")
         whiskers = None
         if ci is not None:
