@@ -21,6 +21,36 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "dflash.py"
 FAST_SIM = "--time-scale 0.05"
+# A tiny protocol load for profiles in tests: one prompt alone, then 2 streams, 2 rounds, 64 tokens.
+TINY_ROUNDS = """
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "rounds"
+rounds = 2
+concurrency = [2]
+[scenarios.protocol]
+single = ["code"]
+"""
+# A tiny capacity search over closed-loop users with a loose SLO (every level holds).
+TINY_SEARCH = """
+seed = 1
+[request]
+max_tokens = 64
+thinking = false
+[load]
+mode = "search"
+variable = "users"
+start = 1
+step = 2
+warmup_s = 0.3
+duration_s = 1.5
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 5.0
+ttft_p = 90
+"""
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import run_locust
+from tests.conftest import TINY_SEARCH, run_locust
 
 ROUNDS_AB = """
 [request]
@@ -146,23 +146,7 @@ def test_a_host_beside_a_profile_with_targets_is_refused_in_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-SEARCH_AB = """
-seed = 1
-[request]
-max_tokens = 64
-thinking = false
-[load]
-mode = "search"
-variable = "users"
-start = 1
-step = 2
-warmup_s = 0.3
-duration_s = 1.5
-[scenarios.distinct-issues]
-[slo]
-ttft_s = 5.0
-ttft_p = 90
-[[targets]]
+SEARCH_AB = TINY_SEARCH + """[[targets]]
 label = "A"
 sim_args = "--time-scale 0.05"
 [[targets]]

@@ -12,20 +12,9 @@ import urllib.request
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM
+from tests.conftest import FAST_SIM, TINY_ROUNDS
 from tests.run.test_webui import ARTIFACTS, chromium_page, started_web_locust, tab_rows
 
-TINY = """
-[request]
-max_tokens = 64
-thinking = false
-[load]
-mode = "rounds"
-rounds = 2
-concurrency = [2]
-[scenarios.protocol]
-single = ["code"]
-"""
 
 
 def wait_for_report_page(url: str, timeout: float = 30.0) -> None:
@@ -41,7 +30,7 @@ def wait_for_report_page(url: str, timeout: float = 30.0) -> None:
 
 @pytest.mark.processes
 def test_the_web_ui_links_to_the_runs_report_html_once_it_has_ended(tmp_path):
-    (tmp_path / "tiny.toml").write_text(TINY, encoding="utf-8")
+    (tmp_path / "tiny.toml").write_text(TINY_ROUNDS, encoding="utf-8")
     with started_web_locust(tmp_path, "--profile", "tiny.toml", "--autostart", "-u", "2", "--sim-args", FAST_SIM,
                             workers=0) as (url, run_dir):
         wait_for_report_page(url)

@@ -15,21 +15,10 @@ import psutil
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import LOCUSTFILE, run_locust
+from tests.conftest import LOCUSTFILE, TINY_ROUNDS, TINY_SEARCH, run_locust
 
 SIM = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale {ts}"
-LOAD = """
-[request]
-max_tokens = 64
-thinking = false
-[load]
-mode = "rounds"
-rounds = 2
-concurrency = [2]
-[scenarios.protocol]
-single = ["code"]
-"""
-SWEEP = LOAD + f"""
+SWEEP = TINY_ROUNDS + f"""
 [server]
 command = "timeout -s KILL {{life}} {SIM}"
 ready_timeout_s = 20
@@ -47,7 +36,7 @@ values = {{ ts = 3.0, life = 4 }}
 label = "after"
 values = {{ ts = 0.05, life = 600 }}
 """
-SLOW = LOAD + f"""
+SLOW = TINY_ROUNDS + f"""
 [server]
 command = "{SIM}"
 ready_timeout_s = 20
@@ -155,23 +144,7 @@ def test_the_server_ends_with_the_tool(tmp_path, sig):
             tool.wait()
 
 
-SEARCH_SWEEP = """
-seed = 1
-[request]
-max_tokens = 64
-thinking = false
-[load]
-mode = "search"
-variable = "users"
-start = 1
-step = 2
-warmup_s = 0.3
-duration_s = 1.5
-[scenarios.distinct-issues]
-[slo]
-ttft_s = 5.0
-ttft_p = 90
-""" + f"""
+SEARCH_SWEEP = TINY_SEARCH + f"""
 [server]
 command = "{SIM} --max-running-requests {{mrr}}"
 ready_timeout_s = 20
