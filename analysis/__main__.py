@@ -20,7 +20,7 @@ from analysis.compare import compare
 from analysis.formats import RENDERERS
 from analysis.panorama import panorama
 from analysis.report import run_report
-from analysis.rundir import Run, RunDirError, load_run
+from analysis.rundir import Run, RunDirError, by_target, load_run
 from loadlib.figures.goodput import DEFAULT_SLO
 
 USAGE_ERROR = 2
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _html(runs, args)
     document = {
         "report": lambda: run_report(runs[0], args.slo_ttft, args.slo_decode),
-        "compare": lambda: compare(runs, args.slo_ttft, args.slo_decode),
+        "compare": lambda: compare([one for run in runs for one in by_target(run)], args.slo_ttft, args.slo_decode),
         "panorama": lambda: panorama(runs),
     }[args.command]()
     print(RENDERERS[args.format](document))

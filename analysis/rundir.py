@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.locust_csv import LocustCsv, read_locust_csv
 from loadlib.records import JournalError, read_records_frame
+from loadlib.report.targets import split_targets
 
 MANIFEST_FILE = "manifest.json"
 
@@ -46,6 +47,16 @@ def load_run(run_dir: str | Path, label: str | None = None) -> Run:
     except JournalError as exc:
         raise RunDirError(str(exc)) from None
     return Run(path, label or path.resolve().name, records, read_manifest(path), read_locust_csv(path))
+
+
+def by_target(run: Run) -> list[Run]:
+    """An A/B run's or a sweep's servers as runs of their own ("dir/A", "dir/B"), for comparing
+    them with each other or with other runs; the run itself when it had one server."""
+    targets = split_targets(run.records, run.manifest, run.path)
+    if not targets:
+        return [run]
+    return [Run(target.path, f"{run.label}/{target.label}", target.records, dict(target.manifest), LocustCsv())
+            for target in targets]
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:

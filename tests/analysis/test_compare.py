@@ -149,6 +149,20 @@ def test_the_json_verdicts_carry_both_figures_the_difference_its_interval_and_th
     assert output["conditions"] == [] and output["tables"]["verdicts"] == output["verdicts"]
 
 
+def test_an_ab_run_is_compared_as_its_targets(write_run, capsys):
+    from analysis.__main__ import main
+
+    records = [build_record(round=i, ttft_s=0.1, total_s=0.1 + t, comp=201, target=label)
+               for label, times in (("A", [2.0, 2.02, 1.98]), ("B", [2.16, 2.18, 2.14])) for i, t in enumerate(times)]
+    manifest = {"model": "m", "targets": [{"label": label, "url": f"http://127.0.0.1:{port}"}
+                                          for label, port in (("A", 1), ("B", 2))]}
+    run_dir = write_run(records, manifest, name="ab")
+    assert main(["compare", str(run_dir), "--json"]) == 0
+    decode = next(row for row in json.loads(capsys.readouterr().out)["verdicts"] if row["figure"] == "code decode t/s")
+    assert (decode["run_a"], decode["run_b"], decode["verdict"]) == ("ab/A", "ab/B", "lower")
+    assert decode["diff_pct"] == pytest.approx(-7.4, abs=0.05)
+
+
 def test_the_conditions_line_names_each_way_the_runs_were_taken_differently():
     a, b, c = single_run("a", [2.0, 2.0]), single_run("b", [2.0, 2.0], max_tokens=1024), single_run("c", [2.0, 2.0])
     a.manifest.update(started_at="2026-12-04T09:00:00+0000", tool={"version": "0.1.0"}, client={"host": "box1"},
