@@ -61,6 +61,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (whether it is free is checked when the run binds it)."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {value}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """`2,4,8` -> [2, 4, 8]; an empty string means none."""
     return [positive_int(part.strip()) for part in text.split(",") if part.strip()]
@@ -127,4 +135,7 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--sim-args", default="", include_in_web_ui=False,
                        help="Extra arguments for the built-in simulator, used when no --host is given "
                             "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash')")
+    group.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT", include_in_web_ui=False,
+                       help="Serve the run's live metrics for Prometheus at http://WEB_HOST:PORT/metrics "
+                            "(docs/metrics.md)")
     server_watch.add_arguments(group)

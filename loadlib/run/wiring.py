@@ -29,7 +29,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
-from loadlib.run import llmstats, options, webui
+from loadlib.run import llmstats, metrics_export, options, otel_export, webui
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
                                 run_profile, usage_error)
@@ -74,6 +74,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     locustfile_classes = list(environment.user_classes)
     plays_load_modes = any(issubclass(cls, ModeUser) for cls in locustfile_classes)
     profile = _checked_inputs(opts, plays_load_modes)
+    metrics_export.install(environment, lambda: _SESSIONS.get(environment))
+    otel_export.install(environment, lambda: _SESSIONS.get(environment))
     target = Target(environment)
     target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)

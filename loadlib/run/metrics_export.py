@@ -1,0 +1,233 @@
+"""Live metrics for Prometheus: `--metrics-port PORT` serves `/metrics` while the run lasts.
+
+Operators already watch their servers in Prometheus and Grafana; this puts the client's view
+beside the server's. Everything comes from what the coordinating process (the local runner, or
+the master) already has: each finished request's record (`loadlib.events.record`, which reaches
+the master from every worker in their batches), and, read when Prometheus scrapes, the streams in
+flight, users and workers that the workers' reports keep current. Nothing runs on the workers and
+nothing per chunk: one record is a handful of histogram observations.
+
+Only measured records count (warm-up, priming and calibration are left out, as from every
+figure); latencies and rates are of the requests that succeeded; requests are counted by outcome
+and failure reason, tokens wherever the server reported usage. Labels: `name` (the Locust stats
+row), `cell`, `target` (an A/B run's server label, "" for the one server) and `run` (the run
+directory's name). With the web UI the same page is also at `/uni/metrics` on its port.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from gevent.pywsgi import WSGIServer
+from locust.env import Environment
+from locust.runners import STATE_MISSING, MasterRunner
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from loadlib.figures import formulas
+from loadlib.hooks import events
+from loadlib.run.inputs import usage_error
+from loadlib.run.users import stats_name
+
+# Buckets fit for LLM serving: a cached TTFT takes milliseconds, a long answer minutes.
+SECONDS_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
+                   5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
+GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25,
+               0.5, 1.0, 2.5, 5.0)
+TPS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 400.0, 500.0,
+               750.0, 1000.0, 1500.0, 2000.0, 3000.0, 5000.0)
+LABELS = ("name", "cell", "target", "run")
+MAX_REASONS = 20  # distinct failure reasons kept as label values; the rest count as "other"
+TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+
+
+@dataclass(slots=True)
+class RequestFigures:
+    """One measured record's figures, in the units the exporters send (None: not defined for it)."""
+
+    ok: bool
+    reason: str  # the failure's kind ("" when ok)
+    ttft_s: float | None
+    ttfo_s: float | None
+    chunk_gap_s: float | None
+    total_s: float | None
+    decode_tps: float | None
+    tokens: tuple[int | None, ...]  # prompt, completion, cached, reasoning (`TOKEN_KINDS`)
+
+
+def failure_kind(error: str) -> str:
+    """A failure reason's kind, for a label: its text up to the first colon ("http 503", "client
+    error", "worker lost", "timeout mid-stream"). The full reasons stay in the records; a label
+    holds few values, or Prometheus drowns in series."""
+    return error.split(":", 1)[0].strip()[:60] or "error"
+
+
+def chunk_gap_s(ttft_s: float, last_chunk_s: float | None, chunks: int) -> float | None:
+    """Mean time between the stream's chunks after the first: `(last_chunk - ttft) / (chunks - 1)`;
+    None with fewer than two chunks. With speculative decoding a chunk carries several tokens, so
+    this is the step the user sees, not the time per token (that is 1 / decode)."""
+    if last_chunk_s is None or chunks < 2:
+        return None
+    return (last_chunk_s - ttft_s) / (chunks - 1)
+
+
+def figures_of(record: dict[str, Any]) -> RequestFigures:
+    """The figures of one record (a measured one), with the protocol's formulas."""
+    error = record.get("error")
+    ok = error is None
+    ttft, total, comp = record.get("ttft_s"), record.get("total_s"), record.get("completion_tokens")
+    tokens = (record.get("prompt_tokens"), comp, record.get("cached_tokens"), record.get("reasoning_tokens"))
+    if not ok or ttft is None or total is None:
+        return RequestFigures(ok, "" if ok else failure_kind(error), None, None, None, total if ok else None,
+                              None, tokens)
+    decode = formulas.decode_tps(comp, ttft, total) if comp is not None and total > ttft else None
+    return RequestFigures(True, "", ttft, record.get("ttfo_s"), chunk_gap_s(ttft, record.get("last_chunk_s"),
+                          record.get("chunks", 0)), total, decode, tokens)
+
+
+class RunMetrics:
+    """The Prometheus registry of one Locust process: per-record series, and live gauges read at
+    scrape time from `live` (a callable returning the run id and what is running now)."""
+
+    def __init__(self, live: Callable[[], "LiveState | None"]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ttft = Histogram("uni_locust_ttft_seconds", "Time to first token (first content, reasoning or "
+                              "tool-call chunk), successful requests", LABELS, buckets=SECONDS_BUCKETS, registry=r)
+        self.ttfo = Histogram("uni_locust_ttfo_seconds", "Time to the first answer token after the reasoning "
+                              "(thinking runs)", LABELS, buckets=SECONDS_BUCKETS, registry=r)
+        self.gap = Histogram("uni_locust_chunk_gap_seconds", "Mean time between a stream's chunks after the first",
+                             LABELS, buckets=GAP_BUCKETS, registry=r)
+        self.total = Histogram("uni_locust_request_duration_seconds", "End-to-end latency, send to end of stream",
+                               LABELS, buckets=SECONDS_BUCKETS, registry=r)
+        self.decode = Histogram("uni_locust_decode_tokens_per_second", "Decode rate per stream, "
+                                "(completion_tokens - 1) / (total - ttft)", LABELS, buckets=TPS_BUCKETS, registry=r)
+        self.requests = Counter("uni_locust_requests", "Measured requests by outcome (ok, failed) and failure "
+                                "reason", (*LABELS, "outcome", "reason"), registry=r)
+        self.tokens = Counter("uni_locust_tokens", "Tokens the server's usage reported, by kind (prompt, "
+                              "completion, cached, reasoning)", (*LABELS, "kind"), registry=r)
+        r.register(_LiveCollector(live))
+        self._reasons: set[str] = set()
+        self._series: dict[tuple[str, ...], list[Any]] = {}
+
+    def observe(self, record: dict[str, Any], run: str) -> None:
+        """One finished request (called for every record; unmeasured ones are left out)."""
+        if not record.get("measured", True):
+            return
+        key = (stats_name(record["case"], record["cell"], record["scenario"]), record["cell"],
+               record.get("target", ""), run)
+        series = self._series.get(key) or self._children(key)
+        figures = figures_of(record)
+        if figures.ok:
+            series[0].inc()
+            for i, value in enumerate((figures.ttft_s, figures.ttfo_s, figures.chunk_gap_s, figures.total_s,
+                                       figures.decode_tps), start=1):
+                if value is not None:
+                    (series[i] or self._histogram(series, i, key)).observe(value)
+        else:
+            self.requests.labels(*key, "failed", self._reason(figures.reason)).inc()
+        for counter, count in zip(series[6:], figures.tokens):
+            if count:
+                counter.inc(count)
+
+    def _reason(self, kind: str) -> str:
+        """The failure kind as a label value: the first `MAX_REASONS` kinds, then "other"."""
+        if kind not in self._reasons and len(self._reasons) < MAX_REASONS:
+            self._reasons.add(kind)
+        return kind if kind in self._reasons else "other"
+
+    def _children(self, key: tuple[str, ...]) -> list[Any]:
+        """The labelled series of one (name, cell, target, run), made once (labels() costs a lock);
+        a histogram's on its first value, so that a row with no TTFO has no empty TTFO series."""
+        series = [self.requests.labels(*key, "ok", ""), None, None, None, None, None,
+                  *(self.tokens.labels(*key, kind) for kind in TOKEN_KINDS)]
+        self._series[key] = series
+        return series
+
+    def _histogram(self, series: list[Any], i: int, key: tuple[str, ...]) -> Any:
+        series[i] = (self.ttft, self.ttfo, self.gap, self.total, self.decode)[i - 1].labels(*key)
+        return series[i]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    run: str
+    streams_in_flight: int
+    users: int
+    workers: int | None  # None: no workers (a local run)
+    workers_lost: int
+
+
+class _LiveCollector(Collector):
+    """The gauges, read when Prometheus scrapes: nothing is kept up to date between scrapes."""
+
+    def __init__(self, live: Callable[[], LiveState | None]) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Any]:
+        state = self.live()
+        if state is None:
+            return
+        families = [GaugeMetricFamily("uni_locust_streams_in_flight", "Requests being sent and read now",
+                                      labels=["run"]),
+                    GaugeMetricFamily("uni_locust_users", "Locust users running now", labels=["run"])]
+        families[0].add_metric([state.run], state.streams_in_flight)
+        families[1].add_metric([state.run], state.users)
+        if state.workers is not None:
+            workers = GaugeMetricFamily("uni_locust_workers", "Locust workers connected and alive", labels=["run"])
+            workers.add_metric([state.run], state.workers)
+            lost = CounterMetricFamily("uni_locust_workers_lost", "Workers whose process ended during the run",
+                                       labels=["run"])
+            lost.add_metric([state.run], state.workers_lost)
+            families += [workers, lost]
+        yield from families
+
+
+def live_state(environment: Environment, session: Any) -> LiveState | None:
+    """What is running now, from the run's session (None before the first test)."""
+    if session is None or session.run_dir is None or session.users is None:
+        return None
+    runner = environment.runner
+    workers = None
+    if isinstance(runner, MasterRunner):
+        workers = sum(1 for node in runner.clients.values() if node.state != STATE_MISSING)
+    return LiveState(session.run_dir.name, session.users.streams_in_flight(), runner.user_count, workers,
+                     len(session.users.lost))
+
+
+def install(environment: Environment, session_of: Callable[[], Any]) -> RunMetrics | None:
+    """With `--metrics-port`, on the coordinating process: the registry, its listener on every
+    record, the endpoint (on `--web-host`'s interface) and the web UI's `/uni/metrics`. Called
+    before anything starts, so that a port that cannot be bound is one line and exit code 2;
+    `session_of` gives the run's session once there is one."""
+    opts = environment.parsed_options
+    port = getattr(opts, "metrics_port", None)
+    if not port:
+        return None
+    disable_created_metrics()  # no `_created` series beside every counter and histogram: half the page
+    metrics = RunMetrics(lambda: live_state(environment, session_of()))
+    host = opts.web_host if opts.web_host not in ("", "*") else "0.0.0.0"
+    server = WSGIServer((host, port), make_wsgi_app(metrics.registry), log=None, error_log=None)
+    try:
+        server.init_socket()
+    except OSError as exc:
+        usage_error(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    server.start()
+    events.record.add_listener(lambda record, **_: metrics.observe(record, session_of().run_dir.name))
+    environment.events.quitting.add_listener(lambda **_: server.stop(timeout=1))
+    _serve_in_web_ui(environment, metrics.registry)
+    return metrics
+
+
+def _serve_in_web_ui(environment: Environment, registry: CollectorRegistry) -> None:
+    web_ui = environment.web_ui
+    if web_ui is None:
+        return
+    from flask import Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    base = getattr(environment.parsed_options, "web_base_path", None) or ""
+    web_ui.app.add_url_rule(f"{base}/uni/metrics", "uni_metrics", web_ui.auth_required_if_enabled(
+        lambda: Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)))
