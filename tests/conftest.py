@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -124,6 +125,34 @@ def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     """Runs `locust -f locustfiles/dflash.py ARGS` to its end and returns what it printed."""
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_locust_together(runs: dict[str, tuple[list[str], Path]], env: dict[str, str] | None = None,
+                        timeout: float = 240.0) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Runs several independent `locust -f locustfiles/dflash.py ARGS` at once (name -> (ARGS, cwd)),
+    each to its end, and returns what each printed, by name: a run on the time-scaled simulator
+    mostly waits, so a module's runs take about as long together as the longest alone."""
+    started = {}
+    try:
+        for name, (args, cwd) in runs.items():
+            out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+            command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
+            started[name] = (subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True), out, err)
+        deadline = time.monotonic() + timeout
+        results = {}
+        for name, (proc, out, err) in started.items():
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+            out.seek(0)
+            err.seek(0)
+            results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+        return results
+    finally:
+        for proc, out, err in started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()
+            err.close()
 
 
 @pytest.fixture

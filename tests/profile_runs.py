@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM, run_locust
+from tests.conftest import FAST_SIM, run_locust, run_locust_together
 
 
 def run_profile(tmp_path: Path, profile_text: str, users: int, *args: str, sim: str = FAST_SIM,
@@ -25,6 +25,25 @@ def run_profile(tmp_path: Path, profile_text: str, users: int, *args: str, sim: 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     return result, pd.DataFrame(list(read_records(run_dir)))
+
+
+def run_profiles_together(runs: dict, sim: str = FAST_SIM, timeout: float = 120.0) -> dict:
+    """Runs several profiles at once, each as `run_profile` does: name -> (directory, profile text,
+    users, *args) in, name -> (result, every record) out; every run must succeed."""
+    commands = {}
+    for name, (work, profile_text, users, *args) in runs.items():
+        work.mkdir(parents=True, exist_ok=True)
+        profile = work / "profile.toml"
+        profile.write_text(profile_text, encoding="utf-8")
+        extra = ["--sim-args", sim] if "--host" not in args else []
+        commands[name] = (["--headless", "-u", str(users), "--profile", str(profile), "--run-dir", str(work / "run"),
+                           "--loglevel", "WARNING", *extra, *args], work)
+    out = {}
+    for name, result in run_locust_together(commands, timeout=timeout).items():
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        assert "Traceback" not in result.stderr, (name, result.stderr[-3000:])
+        out[name] = (result, pd.DataFrame(list(read_records(runs[name][0] / "run"))))
+    return out
 
 
 def max_in_flight(frame: pd.DataFrame) -> int:

@@ -24,7 +24,7 @@ from loadlib.report.summary import render_summary
 from loadlib.report.validity import checks_section, findings
 from loadlib.truth.server_figures import CellSpan, ServerCell
 from tests.analysis.builders import build_record
-from tests.conftest import FAST_SIM, run_locust
+from tests.conftest import FAST_SIM, run_locust_together
 
 T0 = 1_800_000_000.0
 CALM = {"cpu_share_mean": 0.2, "cpu_share_max": 0.3, "loop_lag_p50_s": 0.0, "loop_lag_p99_s": 0.001,
@@ -260,10 +260,12 @@ def runs(tmp_path_factory):
     """Runs of the protocol's three cells: on the simulator as SGLang, vLLM and llama.cpp, and on
     one whose token counter leaves out 10 % of what it streams."""
     work = tmp_path_factory.mktemp("validity")
+    flavours = {"sglang": "", "vllm": " --flavor vllm", "llamacpp": " --flavor llamacpp",
+                "count_skew": " --fault count_skew=0.1"}
+    results = run_locust_together({name: ([*BASE, "--run-dir", str(work / name), "--sim-args", FAST_SIM + sim_args],
+                                          work) for name, sim_args in flavours.items()})
     done = {}
-    for name, sim_args in (("sglang", ""), ("vllm", " --flavor vllm"), ("llamacpp", " --flavor llamacpp"),
-                           ("count_skew", " --fault count_skew=0.1")):
-        result = run_locust([*BASE, "--run-dir", str(work / name), "--sim-args", FAST_SIM + sim_args], cwd=work)
+    for name, result in results.items():
         assert result.returncode == 0, result.stderr[-3000:]
         done[name] = (work / name, result.stdout)
     return done
