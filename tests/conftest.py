@@ -127,32 +127,48 @@ def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_locust_together(runs: dict[str, tuple[list[str], Path]], env: dict[str, str] | None = None,
-                        timeout: float = 240.0) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Runs several independent `locust -f locustfiles/dflash.py ARGS` at once (name -> (ARGS, cwd)),
-    each to its end, and returns what each printed, by name: a run on the time-scaled simulator
-    mostly waits, so a module's runs take about as long together as the longest alone."""
+def run_together(commands: dict[Any, tuple[list[str], Path]], env: dict[str, str] | None = None,
+                 timeout: float = 240.0) -> dict[Any, subprocess.CompletedProcess[str]]:
+    """Runs several independent commands at once (name -> (command, cwd)), each to its end, and
+    returns what each printed, by name, with `.elapsed_s`, the seconds from its start to its end."""
     started = {}
     try:
-        for name, (args, cwd) in runs.items():
+        for name, (command, cwd) in commands.items():
             out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
-            command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
-            started[name] = (subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True), out, err)
+            proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+            started[name] = (proc, out, err, time.monotonic())
         deadline = time.monotonic() + timeout
+        ended: dict[Any, float] = {}
+        while len(ended) < len(started):
+            for name, (proc, _out, _err, _at) in started.items():
+                if name not in ended and proc.poll() is not None:
+                    ended[name] = time.monotonic()
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired([str(name) for name in started if name not in ended], timeout)
+            time.sleep(0.05)
         results = {}
-        for name, (proc, out, err) in started.items():
-            proc.wait(max(deadline - time.monotonic(), 0.1))
+        for name, (proc, out, err, at) in started.items():
             out.seek(0)
             err.seek(0)
             results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+            results[name].elapsed_s = ended[name] - at
         return results
     finally:
-        for proc, out, err in started.values():
+        for proc, out, err, _at in started.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             out.close()
             err.close()
+
+
+def run_locust_together(runs: dict[Any, tuple[list[str], Path]], env: dict[str, str] | None = None,
+                        timeout: float = 240.0) -> dict[Any, subprocess.CompletedProcess[str]]:
+    """Runs several independent `locust -f locustfiles/dflash.py ARGS` at once (name -> (ARGS, cwd)),
+    each to its end, and returns what each printed, by name: a run on the time-scaled simulator
+    mostly waits, so a module's runs take about as long together as the longest alone."""
+    return run_together({name: ([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args], cwd)
+                         for name, (args, cwd) in runs.items()}, env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM, LOCUSTFILE, REPO, free_port
+from tests.conftest import FAST_SIM, LOCUSTFILE, REPO, free_port, run_together
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -29,21 +29,68 @@ def readme_locustfile() -> str:
     return blocks[0]
 
 
-def locust(args: list[str], cwd, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "locust", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+CLOSED_LONG = """
+[request]
+max_tokens = 32
+[load]
+mode = "closed"
+duration_s = 120
+jitter_s = 0.2
+[scenarios.protocol]
+"""
+
+FAULTY = """
+[request]
+max_tokens = 32
+[load]
+mode = "closed"
+duration_s = 4
+jitter_s = 0.2
+[scenarios.protocol]
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The module's headless runs, started together (each in its own directory, name -> (result,
+    directory)): the README's locustfile with -u -r -t --csv --html, a long closed profile and the
+    rounds protocol cut by -t, and a closed profile on a simulator failing 30 % of its requests
+    in one process and in two."""
+    work = tmp_path_factory.mktemp("native")
+    dirs = {name: work / str(name) for name in ("readme", "t_closed", "t_rounds", 1, 2)}
+    for path in dirs.values():
+        path.mkdir()
+    (dirs["readme"] / "mylocust.py").write_text(readme_locustfile(), encoding="utf-8")
+    (dirs["t_closed"] / "p.toml").write_text(CLOSED_LONG, encoding="utf-8")
+    own = [sys.executable, "-m", "locust", "-f"]
+    commands = {
+        "readme": ([*own, "mylocust.py", "--headless", "-u", "6", "-r", "6", "-t", "8s", "--csv", "own",
+                    "--html", "own.html", "--run-dir", "run", "--sim-args", FAST_SIM, "--loglevel", "WARNING"]),
+        "t_closed": ([*own, str(LOCUSTFILE), "--headless", "-u", "3", "-t", "4s", "--profile", "p.toml",
+                      "--run-dir", "run", "--sim-args", FAST_SIM]),
+        "t_rounds": ([*own, str(LOCUSTFILE), "--headless", "-u", "2", "-t", "2s", "--rounds", "20",
+                      "--run-dir", "run", "--sim-args", "--time-scale 0.2"]),
+    }
+    for processes in (1, 2):
+        (dirs[processes] / "p.toml").write_text(FAULTY, encoding="utf-8")
+        distributed = []
+        if processes > 1:
+            port = str(free_port())
+            distributed = ["--processes", str(processes), "--master-bind-host", "127.0.0.1",
+                           "--master-bind-port", port, "--master-port", port]
+        commands[processes] = [*own, str(LOCUSTFILE), "--headless", "-u", "4", "--profile", "p.toml", "--csv", "out",
+                               "--run-dir", "run", "--sim-args", f"{FAST_SIM} --fault http500@0.3", *distributed]
+    results = run_together({name: (command, dirs[name]) for name, command in commands.items()}, timeout=120)
+    return {name: (result, dirs[name]) for name, result in results.items()}
 
 
 @pytest.mark.processes
-def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request(tmp_path):
+def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request(runs):
     code = readme_locustfile()
     assert len([line for line in code.splitlines() if line.strip()]) <= 15
-    (tmp_path / "mylocust.py").write_text(code, encoding="utf-8")
-    started = time.monotonic()
-    result = locust(["-f", "mylocust.py", "--headless", "-u", "6", "-r", "6", "-t", "8s", "--csv", "own",
-                     "--html", "own.html", "--run-dir", "run", "--sim-args", FAST_SIM, "--loglevel", "WARNING"],
-                    tmp_path)
-    elapsed = time.monotonic() - started
+    result, tmp_path = runs["readme"]
+    assert (tmp_path / "mylocust.py").read_text(encoding="utf-8") == code
+    elapsed = result.elapsed_s
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert 8 <= elapsed < 35  # -t ends it, with its summary
@@ -68,25 +115,11 @@ def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request
     assert report.returncode == 0 and "short" in report.stdout
 
 
-CLOSED_LONG = """
-[request]
-max_tokens = 32
-[load]
-mode = "closed"
-duration_s = 120
-jitter_s = 0.2
-[scenarios.protocol]
-"""
-
-
 @pytest.mark.processes
-def test_t_ends_a_free_running_profile_on_time_with_its_summary(tmp_path):
-    (tmp_path / "p.toml").write_text(CLOSED_LONG, encoding="utf-8")
-    started = time.monotonic()
-    result = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "3", "-t", "4s", "--profile", "p.toml",
-                     "--run-dir", "run", "--sim-args", FAST_SIM], tmp_path)
+def test_t_ends_a_free_running_profile_on_time_with_its_summary(runs):
+    result, tmp_path = runs["t_closed"]
     assert result.returncode == 0, result.stderr[-3000:]
-    assert time.monotonic() - started < 25
+    assert result.elapsed_s < 25
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["cut_short"].startswith("-t/--run-time 4 s") and manifest["finished"] is False
     assert "uni-bench summary: closed run" in result.stdout and "CUT SHORT" in result.stdout
@@ -94,9 +127,8 @@ def test_t_ends_a_free_running_profile_on_time_with_its_summary(tmp_path):
 
 
 @pytest.mark.processes
-def test_t_cuts_the_rounds_protocol_short_and_the_summary_says_so(tmp_path):
-    result = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "2", "-t", "2s", "--rounds", "20",
-                     "--run-dir", "run", "--sim-args", "--time-scale 0.2"], tmp_path)
+def test_t_cuts_the_rounds_protocol_short_and_the_summary_says_so(runs):
+    result, tmp_path = runs["t_rounds"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "CUT SHORT" in result.stdout
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
@@ -126,28 +158,10 @@ def test_sigterm_ends_a_run_like_ctrl_c_with_its_summary_and_the_simulator_stopp
         urllib.request.urlopen(url + "/health", timeout=2)
 
 
-FAULTY = """
-[request]
-max_tokens = 32
-[load]
-mode = "closed"
-duration_s = 4
-jitter_s = 0.2
-[scenarios.protocol]
-"""
-
-
 @pytest.mark.processes
 @pytest.mark.parametrize("processes", [1, 2])
-def test_locust_failure_ratio_equals_the_records_failure_share(tmp_path, processes):
-    (tmp_path / "p.toml").write_text(FAULTY, encoding="utf-8")
-    distributed = []
-    if processes > 1:
-        port = str(free_port())
-        distributed = ["--processes", str(processes), "--master-bind-host", "127.0.0.1",
-                       "--master-bind-port", port, "--master-port", port]
-    result = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "4", "--profile", "p.toml", "--csv", "out",
-                     "--run-dir", "run", "--sim-args", f"{FAST_SIM} --fault http500@0.3", *distributed], tmp_path)
+def test_locust_failure_ratio_equals_the_records_failure_share(runs, processes):
+    result, tmp_path = runs[processes]
     assert result.returncode in (0, 1), result.stderr[-3000:]  # 1: Locust's exit code on request failures
     records = pd.DataFrame(list(read_records(tmp_path / "run")))
     stats = pd.read_csv(tmp_path / "out_stats.csv")
