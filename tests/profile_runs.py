@@ -29,13 +29,14 @@ def run_profile(tmp_path: Path, profile_text: str, users: int, *args: str, sim: 
 
 def run_profiles_together(runs: dict, sim: str = FAST_SIM, timeout: float = 120.0) -> dict:
     """Runs several profiles at once, each as `run_profile` does: name -> (directory, profile text,
-    users, *args) in, name -> (result, every record) out; every run must succeed."""
+    users, *args) in (args with their own --sim-args run on that simulator instead of `sim`),
+    name -> (result, every record) out; every run must succeed."""
     commands = {}
     for name, (work, profile_text, users, *args) in runs.items():
         work.mkdir(parents=True, exist_ok=True)
         profile = work / "profile.toml"
         profile.write_text(profile_text, encoding="utf-8")
-        extra = ["--sim-args", sim] if "--host" not in args else []
+        extra = ["--sim-args", sim] if "--host" not in args and "--sim-args" not in args else []
         commands[name] = (["--headless", "-u", str(users), "--profile", str(profile), "--run-dir", str(work / "run"),
                            "--loglevel", "WARNING", *extra, *args], work)
     out = {}

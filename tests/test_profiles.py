@@ -10,7 +10,7 @@ import pytest
 
 from loadlib.profiles import ProfileError, load_profile
 from tests.conftest import REPO, run_locust
-from tests.profile_runs import run_profile
+from tests.profile_runs import run_profiles_together
 
 PROFILES = REPO / "profiles"
 SHORTER = {"rounds": "1", "duration_s": "1.5", "warmup_s": "0.3", "rate_rps": "8"}
@@ -30,9 +30,23 @@ def test_the_five_profiles_are_shipped_and_valid():
         load_profile(PROFILES / name)
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The five shipped profiles, shortened, started together: name -> (result, every record)."""
+    work = tmp_path_factory.mktemp("profiles")
+    return run_profiles_together({
+        "uni-bench": (work / "uni-bench", shortened("uni-bench.toml"), 8),
+        "uni-bench-x2": (work / "uni-bench-x2", shortened("uni-bench-x2.toml"), 8),
+        "prefill-sweep": (work / "prefill-sweep", shortened("prefill-sweep.toml"), 1,
+                          "--sim-args", "--time-scale 0.001"),
+        "issue-bot": (work / "issue-bot", shortened("issue-bot.toml"), 8, "--sim-args", "--time-scale 0.01"),
+        "chat-mix": (work / "chat-mix", shortened("chat-mix.toml"), 4),
+    })
+
+
 @pytest.mark.processes
-def test_uni_bench_runs_the_protocol(tmp_path):
-    result, df = run_profile(tmp_path, shortened("uni-bench.toml"), 8)
+def test_uni_bench_runs_the_protocol(runs):
+    result, df = runs["uni-bench"]
     assert df["error"].isna().all() and (df["max_tokens"] == 512).all()
     assert set(df["cell"]) == {"single", "c2-same", "c2-different", "c4-same", "c4-different", "c8-same",
                                "c8-different"}
@@ -41,15 +55,15 @@ def test_uni_bench_runs_the_protocol(tmp_path):
 
 
 @pytest.mark.processes
-def test_uni_bench_x2_runs_4_and_8_streams_at_1024_tokens(tmp_path):
-    _result, df = run_profile(tmp_path, shortened("uni-bench-x2.toml"), 8)
+def test_uni_bench_x2_runs_4_and_8_streams_at_1024_tokens(runs):
+    _result, df = runs["uni-bench-x2"]
     assert df["error"].isna().all() and (df["max_tokens"] == 1024).all()
     assert set(df.loc[df["concurrency"] > 1, "cell"]) == {"c4-same", "c4-different", "c8-same", "c8-different"}
 
 
 @pytest.mark.processes
-def test_prefill_sweep_is_cold_at_every_size(tmp_path):
-    result, df = run_profile(tmp_path, shortened("prefill-sweep.toml"), 1, sim="--time-scale 0.001")
+def test_prefill_sweep_is_cold_at_every_size(runs):
+    result, df = runs["prefill-sweep"]
     sweep = df[df["measured"]]
     assert sweep["error"].isna().all()
     assert list(sweep["cell"]) == ["prefill-3k", "prefill-14k", "prefill-57k", "prefill-116k", "prefill-234k"]
@@ -60,8 +74,8 @@ def test_prefill_sweep_is_cold_at_every_size(tmp_path):
 
 
 @pytest.mark.processes
-def test_issue_bot_mixes_issues_tool_calls_and_long_context_in_open_loop(tmp_path):
-    result, df = run_profile(tmp_path, shortened("issue-bot.toml"), 8, sim="--time-scale 0.01")
+def test_issue_bot_mixes_issues_tool_calls_and_long_context_in_open_loop(runs):
+    result, df = runs["issue-bot"]
     run = df[df["measured"]]
     assert run["error"].isna().all() and set(run["cell"]) == {"open-8rps"}
     assert set(run["scenario"]) <= {"distinct-issues", "tool-call", "long-context-14k", "long-context-57k"}
@@ -71,8 +85,8 @@ def test_issue_bot_mixes_issues_tool_calls_and_long_context_in_open_loop(tmp_pat
 
 
 @pytest.mark.processes
-def test_chat_mix_runs_conversations_with_thinking_on_and_off(tmp_path):
-    result, df = run_profile(tmp_path, shortened("chat-mix.toml"), 4)
+def test_chat_mix_runs_conversations_with_thinking_on_and_off(runs):
+    result, df = runs["chat-mix"]
     run = df[df["measured"]]
     assert run["error"].isna().all() and set(run["cell"]) == {"closed"}
     assert run.groupby("scenario")["thinking"].agg(set).to_dict() == {"chat": {False}, "chat-thinking": {True}}
