@@ -16,13 +16,16 @@ directory's name). With the web UI the same page is also at `/uni/metrics` on it
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from flask import Response
 from gevent.pywsgi import WSGIServer
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
+                               generate_latest, make_wsgi_app)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -38,6 +41,8 @@ GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.
                0.5, 1.0, 2.5, 5.0)
 TPS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 400.0, 500.0,
                750.0, 1000.0, 1500.0, 2000.0, 3000.0, 5000.0)
+log = logging.getLogger("uni-bench")
+
 LABELS = ("name", "cell", "target", "run")
 MAX_REASONS = 20  # distinct failure reasons kept as label values; the rest count as "other"
 TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
@@ -215,6 +220,7 @@ def install(environment: Environment, session_of: Callable[[], Any]) -> RunMetri
     except OSError as exc:
         usage_error(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}")
     server.start()
+    log.info("Live metrics for Prometheus: http://%s:%d/metrics", host, port)
     events.record.add_listener(lambda record, **_: metrics.observe(record, session_of().run_dir.name))
     environment.events.quitting.add_listener(lambda **_: server.stop(timeout=1))
     _serve_in_web_ui(environment, metrics.registry)
@@ -225,9 +231,6 @@ def _serve_in_web_ui(environment: Environment, registry: CollectorRegistry) -> N
     web_ui = environment.web_ui
     if web_ui is None:
         return
-    from flask import Response
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     base = getattr(environment.parsed_options, "web_base_path", None) or ""
     web_ui.app.add_url_rule(f"{base}/uni/metrics", "uni_metrics", web_ui.auth_required_if_enabled(
         lambda: Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)))

@@ -270,3 +270,31 @@ def test_every_dashboard_query_returns_data_from_the_tool_and_the_servers(scrape
         result = prometheus_query(scraped_run["url"], expr, scraped_run["last"])
         values = [float(sample["value"][1]) for sample in result]
         assert any(np.isfinite(values)), f"{query}: {result}"
+
+
+@pytest.mark.processes
+def test_with_the_web_ui_the_same_page_is_also_at_uni_metrics(tmp_path):
+    (tmp_path / "own.py").write_text(OWN_LOCUSTFILE)
+    metrics_port, web_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", "own.py", "--autostart", "-u", "2", "-r", "2",
+                             "-t", "20s", "--web-port", str(web_port), "--metrics-port", str(metrics_port),
+                             "--sim-args", FAST_SIM, "--loglevel", "WARNING", "--run-dir", str(tmp_path / "run")],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def pages() -> list[str] | None:
+        texts = [urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2).read().decode()
+                 for port, path in ((metrics_port, "/metrics"), (web_port, "/uni/metrics"))]
+        return texts if all('uni_locust_requests_total{' in text for text in texts) else None
+
+    try:
+        own, web_ui = wait_until(pages, 30, "requests on both pages", proc)
+        names = [{line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
+                 for text in (own, web_ui)]
+        assert names[0] == names[1] and "uni_locust_ttft_seconds_bucket" in names[0], names
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
