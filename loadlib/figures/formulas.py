@@ -50,6 +50,15 @@ def uncached_prefill_tps(prompt_tokens: Num, cached_tokens: Num, ttft_s: Num) ->
     return (prompt_tokens - cached_tokens) / ttft_s
 
 
+def chunk_gap_s(ttft_s: float, last_chunk_s: float | None, chunks: int) -> float | None:
+    """Mean time between the stream's chunks after the first: `(last_chunk - ttft) / (chunks - 1)`;
+    None with fewer than two chunks. With speculative decoding a chunk carries several tokens, so
+    this is the step the user sees, not the time per token (that is 1 / decode)."""
+    if last_chunk_s is None or chunks < 2:
+        return None
+    return (last_chunk_s - ttft_s) / (chunks - 1)
+
+
 def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:
     """Estimated verify steps per second: decode / tok-per-chunk (roughly constant per setup)."""
     return decode / tokens_per_chunk

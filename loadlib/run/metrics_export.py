@@ -69,15 +69,6 @@ def failure_kind(error: str) -> str:
     return error.split(":", 1)[0].strip()[:60] or "error"
 
 
-def chunk_gap_s(ttft_s: float, last_chunk_s: float | None, chunks: int) -> float | None:
-    """Mean time between the stream's chunks after the first: `(last_chunk - ttft) / (chunks - 1)`;
-    None with fewer than two chunks. With speculative decoding a chunk carries several tokens, so
-    this is the step the user sees, not the time per token (that is 1 / decode)."""
-    if last_chunk_s is None or chunks < 2:
-        return None
-    return (last_chunk_s - ttft_s) / (chunks - 1)
-
-
 def figures_of(record: dict[str, Any]) -> RequestFigures:
     """The figures of one record (a measured one), with the protocol's formulas."""
     error = record.get("error")
@@ -88,8 +79,9 @@ def figures_of(record: dict[str, Any]) -> RequestFigures:
         return RequestFigures(ok, "" if ok else failure_kind(error), None, None, None, total if ok else None,
                               None, tokens)
     decode = formulas.decode_tps(comp, ttft, total) if comp is not None and total > ttft else None
-    return RequestFigures(True, "", ttft, record.get("ttfo_s"), chunk_gap_s(ttft, record.get("last_chunk_s"),
-                          record.get("chunks", 0)), total, decode, tokens)
+    return RequestFigures(True, "", ttft, record.get("ttfo_s"),
+                          formulas.chunk_gap_s(ttft, record.get("last_chunk_s"), record.get("chunks", 0)),
+                          total, decode, tokens)
 
 
 class RunMetrics:
@@ -213,7 +205,7 @@ def install(environment: Environment, session_of: Callable[[], Any]) -> RunMetri
         return None
     disable_created_metrics()  # no `_created` series beside every counter and histogram: half the page
     metrics = RunMetrics(lambda: live_state(environment, session_of()))
-    host = opts.web_host if opts.web_host not in ("", "*") else "0.0.0.0"
+    host = opts.web_host if opts.web_host not in ("", "*") else "0.0.0.0"  # Locust's "" and "*": every interface
     server = WSGIServer((host, port), make_wsgi_app(metrics.registry), log=None, error_log=None)
     try:
         server.init_socket()
