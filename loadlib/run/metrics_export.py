@@ -16,7 +16,10 @@ directory's name). With the web UI the same page is also at `/uni/metrics` on it
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -24,9 +27,9 @@ from flask import Response
 from gevent.pywsgi import WSGIServer
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
-                               generate_latest, make_wsgi_app)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
 
 from loadlib.figures import formulas
@@ -84,50 +87,65 @@ def figures_of(record: dict[str, Any]) -> RequestFigures:
                           total, decode, tokens)
 
 
+HISTOGRAMS = (  # (name, help, buckets) of the per-request histograms, in `RequestFigures` order
+    ("uni_locust_ttft_seconds", "Time to first token (first content, reasoning or tool-call chunk), successful "
+     "requests", SECONDS_BUCKETS),
+    ("uni_locust_ttfo_seconds", "Time to the first answer token after the reasoning (thinking runs)", SECONDS_BUCKETS),
+    ("uni_locust_chunk_gap_seconds", "Mean time between a stream's chunks after the first", GAP_BUCKETS),
+    ("uni_locust_request_duration_seconds", "End-to-end latency, send to end of stream", SECONDS_BUCKETS),
+    ("uni_locust_decode_tokens_per_second", "Decode rate per stream, (completion_tokens - 1) / (total - ttft)",
+     TPS_BUCKETS),
+)
+
+
 class RunMetrics:
-    """The Prometheus registry of one Locust process: per-record series, and live gauges read at
-    scrape time from `live` (a callable returning the run id and what is running now)."""
+    """The Prometheus registry of one Locust process: the per-record series, and live gauges read
+    at scrape time from `live` (a callable returning the run id and what is running now).
+
+    A record only bumps plain counts (a few microseconds); the histograms and counters are built
+    from them when Prometheus scrapes (`RecordCollector`), not kept in prometheus_client's locked
+    objects on every request."""
 
     def __init__(self, live: Callable[[], "LiveState | None"]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.ttft = Histogram("uni_locust_ttft_seconds", "Time to first token (first content, reasoning or "
-                              "tool-call chunk), successful requests", LABELS, buckets=SECONDS_BUCKETS, registry=r)
-        self.ttfo = Histogram("uni_locust_ttfo_seconds", "Time to the first answer token after the reasoning "
-                              "(thinking runs)", LABELS, buckets=SECONDS_BUCKETS, registry=r)
-        self.gap = Histogram("uni_locust_chunk_gap_seconds", "Mean time between a stream's chunks after the first",
-                             LABELS, buckets=GAP_BUCKETS, registry=r)
-        self.total = Histogram("uni_locust_request_duration_seconds", "End-to-end latency, send to end of stream",
-                               LABELS, buckets=SECONDS_BUCKETS, registry=r)
-        self.decode = Histogram("uni_locust_decode_tokens_per_second", "Decode rate per stream, "
-                                "(completion_tokens - 1) / (total - ttft)", LABELS, buckets=TPS_BUCKETS, registry=r)
-        self.requests = Counter("uni_locust_requests", "Measured requests by outcome (ok, failed) and failure "
-                                "reason", (*LABELS, "outcome", "reason"), registry=r)
-        self.tokens = Counter("uni_locust_tokens", "Tokens the server's usage reported, by kind (prompt, "
-                              "completion, cached, reasoning)", (*LABELS, "kind"), registry=r)
-        r.register(_LiveCollector(live))
-        self._reasons: set[str] = set()
-        self._series: dict[tuple[str, ...], list[Any]] = {}
+        self.records = RecordCollector()
+        self.registry.register(self.records)
+        self.registry.register(_LiveCollector(live))
 
     def observe(self, record: dict[str, Any], run: str) -> None:
         """One finished request (called for every record; unmeasured ones are left out)."""
-        if not record.get("measured", True):
-            return
-        key = (stats_name(record["case"], record["cell"], record["scenario"]), record["cell"],
-               record.get("target", ""), run)
-        series = self._series.get(key) or self._children(key)
-        figures = figures_of(record)
+        if record.get("measured", True):
+            key = (stats_name(record["case"], record["cell"], record["scenario"]), record["cell"],
+                   record.get("target", ""), run)
+            self.records.add(key, figures_of(record))
+
+
+class RecordCollector(Collector):
+    """Counts per (name, cell, target, run): each histogram's bucket counts and sum, requests by
+    outcome and reason, tokens by kind; rendered as Prometheus families when scraped."""
+
+    def __init__(self) -> None:
+        self.histograms: dict[tuple[int, tuple[str, ...]], list[Any]] = {}  # (histogram, key) -> [counts, sum]
+        self.requests: dict[tuple[str, ...], int] = {}  # key + (outcome, reason)
+        self.tokens: dict[tuple[str, ...], int] = {}  # key + (kind,)
+        self._reasons: set[str] = set()
+
+    def add(self, key: tuple[str, ...], figures: RequestFigures) -> None:
         if figures.ok:
-            series[0].inc()
-            for i, value in enumerate((figures.ttft_s, figures.ttfo_s, figures.chunk_gap_s, figures.total_s,
-                                       figures.decode_tps), start=1):
+            for index, value in enumerate((figures.ttft_s, figures.ttfo_s, figures.chunk_gap_s, figures.total_s,
+                                           figures.decode_tps)):
                 if value is not None:
-                    (series[i] or self._histogram(series, i, key)).observe(value)
-        else:
-            self.requests.labels(*key, "failed", self._reason(figures.reason)).inc()
-        for counter, count in zip(series[6:], figures.tokens):
+                    buckets = HISTOGRAMS[index][2]
+                    counts = self.histograms.get((index, key))
+                    if counts is None:
+                        counts = self.histograms[(index, key)] = [[0] * (len(buckets) + 1), 0.0]
+                    counts[0][bisect.bisect_left(buckets, value)] += 1  # le: a value on a bound counts in it
+                    counts[1] += value
+        outcome = (*key, "ok", "") if figures.ok else (*key, "failed", self._reason(figures.reason))
+        self.requests[outcome] = self.requests.get(outcome, 0) + 1
+        for kind, count in zip(TOKEN_KINDS, figures.tokens):
             if count:
-                counter.inc(count)
+                self.tokens[(*key, kind)] = self.tokens.get((*key, kind), 0) + count
 
     def _reason(self, kind: str) -> str:
         """The failure kind as a label value: the first `MAX_REASONS` kinds, then "other"."""
@@ -135,17 +153,24 @@ class RunMetrics:
             self._reasons.add(kind)
         return kind if kind in self._reasons else "other"
 
-    def _children(self, key: tuple[str, ...]) -> list[Any]:
-        """The labelled series of one (name, cell, target, run), made once (labels() costs a lock);
-        a histogram's on its first value, so that a row with no TTFO has no empty TTFO series."""
-        series = [self.requests.labels(*key, "ok", ""), None, None, None, None, None,
-                  *(self.tokens.labels(*key, kind) for kind in TOKEN_KINDS)]
-        self._series[key] = series
-        return series
-
-    def _histogram(self, series: list[Any], i: int, key: tuple[str, ...]) -> Any:
-        series[i] = (self.ttft, self.ttfo, self.gap, self.total, self.decode)[i - 1].labels(*key)
-        return series[i]
+    def collect(self) -> Iterator[Any]:
+        for index, (name, doc, buckets) in enumerate(HISTOGRAMS):
+            family = HistogramMetricFamily(name, doc, labels=LABELS)
+            for (which, key), (counts, total) in self.histograms.items():
+                if which == index:
+                    cumulative = list(itertools.accumulate(counts))
+                    family.add_metric(list(key), [(floatToGoString(bound), count) for bound, count
+                                                  in zip((*buckets, math.inf), cumulative)], total)
+            yield family
+        requests = CounterMetricFamily("uni_locust_requests", "Measured requests by outcome (ok, failed) and failure "
+                                       "reason", labels=(*LABELS, "outcome", "reason"))
+        for labels, count in self.requests.items():
+            requests.add_metric(list(labels), count)
+        tokens = CounterMetricFamily("uni_locust_tokens", "Tokens the server's usage reported, by kind (prompt, "
+                                     "completion, cached, reasoning)", labels=(*LABELS, "kind"))
+        for labels, count in self.tokens.items():
+            tokens.add_metric(list(labels), count)
+        yield from (requests, tokens)
 
 
 @dataclass(frozen=True, slots=True)
