@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -38,14 +39,6 @@ def locust(args: list[str], cwd: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def wait_for_records(run_dir: Path, proc: subprocess.Popen[str], count: int, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while not (run_dir / "records.jsonl").exists() or len(list(read_records(run_dir))) < count:
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.time() < deadline, f"fewer than {count} records after {timeout} s"
-        time.sleep(0.1)
-
-
 def kill_one_worker(proc: subprocess.Popen[str]) -> int:
     """SIGKILLs one of the run's worker processes (a child of the master that is no simulator)."""
     workers = [child for child in psutil.Process(proc.pid).children()
@@ -64,16 +57,54 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
             proc.wait()
 
 
-def test_a_worker_killed_in_the_protocol_is_said_and_the_run_ends_on_its_own_without_traceback(tmp_path):
-    run_dir = tmp_path / "r"
-    proc = locust(["-f", str(LOCUSTFILE), "--headless", "-u", "4", "--processes", "2", "--rounds", "3",
-                   "--scenarios", "", "--concurrency", "2,4", "--max-tokens", "1024", "--loglevel", "WARNING",
-                   "--run-dir", str(run_dir), "--sim-args", FAST_SIM], tmp_path)
-    wait_for_records(run_dir, proc, 2)
-    killed_at = time.time()
-    pid = kill_one_worker(proc)
-    out, err = finish(proc, timeout=90)
-    took = time.time() - killed_at
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """Two runs with 2 worker processes, started together, each with one worker SIGKILLed once
+    its first records are in: the protocol (2 records) and your own locustfile (4 records). Yields
+    name -> (run directory, proc, pid killed, when, stdout, stderr, seconds from the kill to the end)."""
+    work = tmp_path_factory.mktemp("lost")
+    (work / "own").mkdir()
+    (work / "own" / "mylocust.py").write_text(OWN_LOCUSTFILE)
+    runs = {
+        "protocol": (work / "protocol" / "r", 2, locust(
+            ["-f", str(LOCUSTFILE), "--headless", "-u", "4", "--processes", "2", "--rounds", "3", "--scenarios", "",
+             "--concurrency", "2,4", "--max-tokens", "1024", "--loglevel", "WARNING",
+             "--run-dir", str(work / "protocol" / "r"), "--sim-args", FAST_SIM], work)),
+        "own": (work / "own" / "r", 4, locust(
+            ["-f", "mylocust.py", "--headless", "-u", "4", "-r", "4", "-t", "8s", "--processes", "2",
+             "--loglevel", "WARNING", "--run-dir", str(work / "own" / "r"), "--sim-args", FAST_SIM], work / "own")),
+    }
+    kills = {}
+    try:
+        deadline = time.time() + 60
+        while len(kills) < len(runs):  # each worker killed as soon as its run has its first records
+            for name, (run_dir, count, proc) in runs.items():
+                if name not in kills and (run_dir / "records.jsonl").exists() and \
+                        len(list(read_records(run_dir))) >= count:
+                    killed_at = time.time()
+                    kills[name] = (kill_one_worker(proc), killed_at)
+                elif name not in kills:
+                    assert proc.poll() is None, proc.communicate()[1][-3000:]
+                    assert time.time() < deadline, f"{name}: fewer than {count} records after 60 s"
+            time.sleep(0.1)
+    except BaseException:
+        for _run_dir, _count, proc in runs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        raise
+
+    def end(name: str, timeout: float):
+        out, err = finish(runs[name][2], timeout)
+        return out, err, time.time() - kills[name][1]
+
+    with ThreadPoolExecutor(len(runs)) as pool:  # each run's end timed on its own
+        ends = {"protocol": pool.submit(end, "protocol", 90), "own": pool.submit(end, "own", 60)}
+        return {name: (runs[name][0], runs[name][2], *kills[name], *ends[name].result()) for name in runs}
+
+
+def test_a_worker_killed_in_the_protocol_is_said_and_the_run_ends_on_its_own_without_traceback(killed):
+    run_dir, proc, pid, killed_at, out, err, took = killed["protocol"]
     assert proc.returncode == 1, err[-3000:]  # Locust's --exit-code-on-error: the lost requests failed
     assert "Traceback" not in err and "ChildProcessError" not in err, err[-3000:]
     assert took < 45, f"the run took {took:.0f} s after the worker died"  # not a 60 s wait for users
@@ -87,15 +118,8 @@ def test_a_worker_killed_in_the_protocol_is_said_and_the_run_ends_on_its_own_wit
     assert len(records) == 2 * 3 * (2 + 4)  # every assignment has a record, the lost ones as failures
 
 
-def test_with_your_own_locustfile_a_lost_worker_is_named_in_the_summary_and_manifest(tmp_path):
-    (tmp_path / "mylocust.py").write_text(OWN_LOCUSTFILE)
-    run_dir = tmp_path / "r"
-    proc = locust(["-f", "mylocust.py", "--headless", "-u", "4", "-r", "4", "-t", "8s", "--processes", "2",
-                   "--loglevel", "WARNING", "--run-dir", str(run_dir), "--sim-args", FAST_SIM], tmp_path)
-    wait_for_records(run_dir, proc, 4)
-    killed_at = time.time()
-    pid = kill_one_worker(proc)
-    out, err = finish(proc, timeout=60)
+def test_with_your_own_locustfile_a_lost_worker_is_named_in_the_summary_and_manifest(killed):
+    run_dir, _proc, pid, killed_at, out, err, _took = killed["own"]
     assert "Traceback" not in err and "ChildProcessError" not in err, err[-3000:]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     [lost] = manifest["lost_workers"]
