@@ -98,6 +98,10 @@ HISTOGRAMS = (  # (name, help, buckets) of the per-request histograms, in `Reque
 )
 
 
+BOUNDS = [[floatToGoString(bound) for bound in (*buckets, math.inf)] for _name, _help, buckets in HISTOGRAMS]
+# each histogram's `le` values as Prometheus writes them, made once rather than at every scrape
+
+
 class RunMetrics:
     """The Prometheus registry of one Locust process: the per-record series, and live gauges read
     at scrape time from `live` (a callable returning the run id and what is running now).
@@ -154,13 +158,11 @@ class RecordCollector(Collector):
         return kind if kind in self._reasons else "other"
 
     def collect(self) -> Iterator[Any]:
-        for index, (name, doc, buckets) in enumerate(HISTOGRAMS):
+        for index, (name, doc, _buckets) in enumerate(HISTOGRAMS):
             family = HistogramMetricFamily(name, doc, labels=LABELS)
             for (which, key), (counts, total) in self.histograms.items():
                 if which == index:
-                    cumulative = list(itertools.accumulate(counts))
-                    family.add_metric(list(key), [(floatToGoString(bound), count) for bound, count
-                                                  in zip((*buckets, math.inf), cumulative)], total)
+                    family.add_metric(list(key), list(zip(BOUNDS[index], itertools.accumulate(counts))), total)
             yield family
         requests = CounterMetricFamily("uni_locust_requests", "Measured requests by outcome (ok, failed) and failure "
                                        "reason", labels=(*LABELS, "outcome", "reason"))
