@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import TINY_SEARCH, run_locust
+from tests.conftest import TINY_SEARCH, run_locust, run_locust_together
 
 ROUNDS_AB = """
 [request]
@@ -124,9 +124,27 @@ def test_each_target_keeps_its_own_server_view(rounds_ab):
         assert {"single", "c2-same"} <= cells
 
 
+@pytest.fixture(scope="module")
+def free_running_ab(tmp_path_factory):
+    """The closed A/B run across 2 worker processes and the A/B capacity search, started together:
+    name -> (result, every record, run directory)."""
+    work = tmp_path_factory.mktemp("ab-free")
+    runs = {}
+    for name, text, extra in (("closed", CLOSED_AB, ["--processes", "2"]), ("search", SEARCH_AB, [])):
+        (work / name).mkdir()
+        (work / name / "ab.toml").write_text(text)
+        runs[name] = (["--headless", "-u", "2", "--profile", str(work / name / "ab.toml"), "--run-dir",
+                       str(work / name / "r"), "--loglevel", "WARNING", *extra], work / name)
+    out = {}
+    for name, result in run_locust_together(runs).items():
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        out[name] = (result, pd.DataFrame(list(read_records(work / name / "r"))), work / name / "r")
+    return out
+
+
 @pytest.mark.processes
-def test_free_running_cells_alternate_across_worker_processes(tmp_path):
-    result, records = play(tmp_path, CLOSED_AB, "--processes", "2")
+def test_free_running_cells_alternate_across_worker_processes(free_running_ab):
+    result, records, _run_dir = free_running_ab["closed"]
     measured = records[records["measured"]]
     assert set(measured["target"]) == {"A", "B"} and set(measured["worker"]) == {0, 1}
     spans = measured.groupby("target")["sent_at"].agg(["min", "max"])
@@ -156,11 +174,11 @@ sim_args = "--time-scale 0.054"
 
 
 @pytest.mark.processes
-def test_a_search_per_target_level_by_level(tmp_path):
-    result, records = play(tmp_path, SEARCH_AB)
+def test_a_search_per_target_level_by_level(free_running_ab):
+    result, records, run_dir = free_running_ab["search"]
     measured = records[records["measured"]]
     starts = measured.groupby(["cell", "target"])["sent_at"].min().sort_values()
     assert list(starts.index) == [("search-u1", "A"), ("search-u1", "B"), ("search-u2", "A"), ("search-u2", "B")]
-    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
     assert {label: found["best"] for label, found in manifest["search_by_target"].items()} == {"A": 2, "B": 2}
     assert result.stdout.count("Capacity search over closed-loop users: holds at 2 users") == 2

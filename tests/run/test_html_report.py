@@ -67,7 +67,7 @@ def serve_files_only(route: Any) -> None:
 def test_html_report_of_an_own_locustfile_renders_locust_tables_and_the_llm_summary(tmp_path):
     (tmp_path / "mylocust.py").write_text(LOCUSTFILE, encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", "mylocust.py", "--headless", "-u", "6", "-r", "6", "-t", "8s",
+        [sys.executable, "-m", "locust", "-f", "mylocust.py", "--headless", "-u", "6", "-r", "6", "-t", "4s",
          "--html", "r.html", "--run-dir", "run", "--sim-args", FAST_SIM, "--loglevel", "WARNING"],
         cwd=tmp_path, capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stderr[-3000:]
