@@ -36,7 +36,8 @@ def test_closed_mode_keeps_u_streams_busy_after_a_jittered_start_and_leaves_out_
     assert (df["case"] == "closed").all()
     assert max_in_flight(df) == 4
     first = df.sort_values("sent_at").groupby("slot")["sent_at"].first()
-    assert len(first) == 4 and 0.05 < first.max() - first.min() < 0.6  # spread, not one burst
+    # spread, not one burst: 4 uniform draws over 0.5 s fall within 5 ms of each other once in 250,000 runs
+    assert len(first) == 4 and 0.005 < first.max() - first.min() < 0.6
     for _slot, stream in df.sort_values("sent_at").groupby("slot"):  # one request at a time per stream
         ends = (stream["sent_at"] + stream["total_s"]).to_numpy()
         assert (stream["sent_at"].to_numpy()[1:] >= ends[:-1] - 0.001).all()
