@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -118,6 +119,19 @@ def sglang_router(worker_urls: list[str], *extra_args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             router.kill()
             router.wait()
+
+
+@contextmanager
+def served(server: Any) -> Iterator[Any]:
+    """A test's own HTTP server (a `socketserver` server) answering on a thread while the block runs."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,

@@ -7,30 +7,18 @@ import importlib.util
 import os
 import subprocess
 import sys
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM
+from tests.conftest import FAST_SIM, served
+from tests.run.test_lost_workers import OWN_LOCUSTFILE
 
 pytestmark = pytest.mark.processes
 metrics_service = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
 
-OWN_LOCUSTFILE = '''
-from locust import constant, task
-from loadlib import LLMUser
-
-
-class Chat(LLMUser):
-    wait_time = constant(0.05)
-
-    @task
-    def ask(self):
-        self.chat([{"role": "user", "content": "Name a prime."}], name="prime", max_tokens=64)
-'''
 
 
 class Receiver(ThreadingHTTPServer):
@@ -59,14 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(Receiver()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def otel_env(endpoint: str | None) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import http.server
 import struct
-import threading
 import zlib
 
 import orjson
@@ -19,6 +18,7 @@ from loadlib.scenarios.png import bar_chart_png
 from loadlib.scenarios.vision import Vision
 from loadlib.sim.tokenizer import encode
 from loadlib.truth.cache import FRAMING_TOKENS
+from tests.conftest import served
 from tests.profile_runs import run_profile
 
 ROUNDS_PROFILE = """
@@ -213,15 +213,8 @@ class _ToolCallHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def tool_server():
-    server = ToolCallingServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(ToolCallingServer()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.mark.processes
