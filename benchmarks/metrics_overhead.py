@@ -25,12 +25,13 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import orjson
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from loadlib.records import read_records  # noqa: E402
+from loadlib.figures.verdicts import t_quantile  # noqa: E402
 from loadlib.sim.process import start_simulator  # noqa: E402
 
 LOCUSTFILE = '''
@@ -137,6 +138,19 @@ def accounted(journal: Path, scrape_every_s: float = 1.0) -> tuple[float, float,
     return per_record * 1e6, (time.process_time() - start) / 20 * 1e3, len(lines)
 
 
+def paired_change(on: list[float], off: list[float]) -> str:
+    """The mean of each repeat's on/off ratio with its 95 % t interval: runs side by side in time
+    share the machine's drift, so their ratio is the comparison that noise disturbs least."""
+    ratios = np.array(on) / np.array(off) - 1
+    if len(ratios) < 2:
+        return f"{100 * ratios.mean():+.1f}% (one repeat: no interval)"
+    half = t_quantile(0.975, len(ratios) - 1) * ratios.std(ddof=1) / np.sqrt(len(ratios))
+    low, high = ratios.mean() - half, ratios.mean() + half
+    within = "not distinguishable from off" if low <= 0 <= high else "distinguishable from off"
+    return (f"{100 * ratios.mean():+.1f}%, 95% CI {100 * low:+.1f}% to {100 * high:+.1f}% "
+            f"over {len(ratios)} repeats ({within})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=64)
@@ -151,6 +165,7 @@ def main() -> None:
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     otlp = f"http://127.0.0.1:{receiver.server_address[1]}"
     totals: dict[str, list[float]] = {"off": [0.0, 0, 0.0], "on": [0.0, 0, 0.0], "on+otel": [0.0, 0, 0.0]}
+    per_repeat: dict[str, list[float]] = {config: [] for config in totals}  # ms/request, one per repeat
     with tempfile.TemporaryDirectory() as tmp, \
             start_simulator(["--time-scale", "0.05", "--max-running-requests", str(args.streams)]) as sim:
         work = Path(tmp)
@@ -161,6 +176,7 @@ def main() -> None:
                 totals[config][0] += cpu
                 totals[config][1] += requests
                 totals[config][2] += seconds
+                per_repeat[config].append(cpu / max(requests, 1))
                 print(f"  run {repeat + 1} {config:8s} CPU {cpu:6.2f} s over {seconds:4.1f} s, requests {requests:6d}, "
                       f"{1000 * cpu / max(requests, 1):.3f} ms/request", flush=True)
         journal = max(work.glob("on-*/records.jsonl"), key=lambda p: p.stat().st_size)
@@ -176,6 +192,8 @@ def main() -> None:
         per = cpu / max(requests, 1)
         print(f"  {config:8s} {cpu:8.2f} {100 * cpu / seconds:6.1f} {requests:9d} {1000 * per:11.3f} "
               f"{100 * (per / base - 1):+7.1f}%")
+    for config in ("on", "on+otel"):
+        print(f"  {config} vs off, paired by repeat: {paired_change(per_repeat[config], per_repeat['off'])}")
     rate = totals["off"][1] / max(totals["off"][2], 1e-9)  # requests per second
     cost = record_us / 1e6 + scrape_ms / 1e3 / rate  # the exporter's seconds per request, one scrape a second
     print(f"\naccounted (timed in-process on {records} real records): {record_us:.1f} us per record, "
