@@ -1,5 +1,7 @@
 """What a run checks about its target so that a wrong endpoint is said plainly, not measured.
 
+- The scheme: an `https://` target whose port answers plain HTTP is refused before the run
+  starts (`PlainHttpTarget`), with the URL to use instead.
 - The model: `GET /v1/models` lists what the server serves. A `--model` it does not list is
   warned about once at the start (vLLM answers 404 for it; SGLang serves any name), and when the
   list cannot be had the run says so instead of silently sending "default".
@@ -19,6 +21,16 @@ from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 FIRST_REQUESTS = 8
 FALLBACK_MODEL = "default"
+HANDSHAKE_S = 3.0  # connect and TLS handshake of a preflight request: a live server takes milliseconds
+
+
+class PlainHttpTarget(ValueError):
+    """An `https://` target whose port answers plain HTTP: nothing sent over TLS can succeed."""
+
+    def __init__(self, base_url: str) -> None:
+        endpoint = Endpoint.parse(base_url)
+        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host  # an IPv6 address
+        super().__init__(f"{base_url} answers plain HTTP, not TLS: use http://{host}:{endpoint.port}{endpoint.prefix}")
 
 
 @dataclass(frozen=True)
@@ -44,8 +56,10 @@ class ModelList:
 
 def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = True,
                 timeout_s: float = 10.0) -> ModelList:
+    """What the server lists; raises `PlainHttpTarget` when an https:// URL's port speaks plain HTTP."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls)
+    connection = Connection(Endpoint.parse(base_url), timeout=timeout_s, verify_tls=verify_tls,
+                            connect_timeout=HANDSHAKE_S)
     try:
         response = connection.request("GET", "/v1/models", headers=headers)
         if response.status != 200:
@@ -56,6 +70,8 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
         return ModelList([str(m["id"]) for m in models], context_tokens=context) if models else \
             ModelList(problem="the answer lists no model ids")
     except TransportError as exc:
+        if str(exc).startswith("TLS") and answers_plain_http(base_url, timeout_s):
+            raise PlainHttpTarget(base_url) from None
         return ModelList(problem=_redacted(str(exc), api_key))
     except (orjson.JSONDecodeError, AttributeError, TypeError):
         return ModelList(problem="the answer is not the OpenAI models list")
@@ -68,7 +84,8 @@ def answers_plain_http(base_url: str, timeout_s: float = 5.0) -> bool:
     endpoint = Endpoint.parse(base_url)
     if endpoint.scheme != "https":
         return False
-    plain = Connection(Endpoint("http", endpoint.host, endpoint.port, endpoint.prefix), timeout=timeout_s)
+    plain = Connection(Endpoint("http", endpoint.host, endpoint.port, endpoint.prefix), timeout=timeout_s,
+                       connect_timeout=HANDSHAKE_S)
     try:
         return plain.request("GET", "/v1/models").status > 0
     except TransportError:

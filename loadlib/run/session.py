@@ -29,7 +29,7 @@ from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import close_manifest, opening_manifest, write_manifest
-from loadlib.run.preflight import list_models
+from loadlib.run.preflight import PlainHttpTarget, list_models
 from loadlib.run.processes import UserProcesses
 from loadlib.run.shape import StreamsWanted
 from loadlib.run.summary_files import write_summary
@@ -93,23 +93,24 @@ class RunSession:
                 if profile != self.profile:
                     self.use_profile(profile)
             except ProfileError as exc:
-                log.error("error: %s", exc)
-                gevent.spawn(self.environment.runner.stop)
-                return
-        self._runs += 1
-        self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self.target.label())
-        self.live, self.cut_short, self.summarized = LiveSeries(), None, False
-        self.streams.edited = None
+                return self._refuse(str(exc))
         profile = self.profile
         users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         sweep = profile is not None and profile.server is not None
         if sweep:  # its servers come one at a time (`serve`): nothing to ask or send yet
             config, model_warning = RunConfig(self.mode.name, request_settings(profile, opts, "", api_key_of(opts)),
                                               users, time.time(), profile, self.users.worker_ids()), None
-            self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir)
         else:
-            config, model_warning = self._configure(profile, users)
-            self.driver = self.mode.driver(profile, users, config.started_at, coordination(self))
+            try:
+                config, model_warning = self._configure(profile, users)
+            except PlainHttpTarget as exc:
+                return self._refuse(str(exc))
+        self._runs += 1
+        self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self.target.label())
+        self.live, self.cut_short, self.summarized = LiveSeries(), None, False
+        self.streams.edited = None
+        self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir) if sweep else \
+            self.mode.driver(profile, users, config.started_at, coordination(self))
         self.config = config
         early_stop = EarlyStop(self.target.url, self.stop) if not (opts.keep_going or sweep) else None
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
@@ -121,6 +122,13 @@ class RunSession:
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), config.settings.model or "(from each server)")
         gevent.spawn(self.driver.run_to_end)
+
+    def _refuse(self, problem: str) -> None:
+        """A test that cannot start: one line, no run directory; a headless run exits 2."""
+        log.error("error: %s", problem)
+        if self.environment.web_ui is None:
+            self.environment.process_exit_code = 2
+        gevent.spawn(self.environment.runner.stop)
 
     def _configure(self, profile: Profile | None, users: int) -> tuple[RunConfig, str | None]:
         """The test's configuration for `profile` from now on: its targets' URLs (else the run's

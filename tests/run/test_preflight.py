@@ -1,6 +1,6 @@
 """Wrong endpoints said plainly through real headless runs: a model the server does not list, a
 models list that cannot be had, a run whose first requests all fail alike (stopped with the
-reason, or run on with --keep-going), and https:// against a plain-HTTP port."""
+reason, or run on with --keep-going), and https:// against a plain-HTTP port (refused at once)."""
 
 from __future__ import annotations
 
@@ -58,11 +58,16 @@ def test_keep_going_runs_on_through_failures(tmp_path):
 
 
 @pytest.mark.processes
-def test_https_against_a_plain_http_port_says_so(tmp_path, simulator):
+def test_https_against_a_plain_http_port_is_refused_at_once_with_the_url_to_use(tmp_path, simulator):
     sim, _trace = simulator
     (tmp_path / "p.toml").write_text(CLOSED, encoding="utf-8")
-    result = run_locust(["--headless", "-u", "4", "--profile", "p.toml", "--model", "m", "--request-timeout", "1",
+    started = time.monotonic()
+    result = run_locust(["--headless", "-u", "4", "--profile", "p.toml", "--model", "m",
                          "--host", sim.url.replace("http://", "https://"), "--run-dir", str(tmp_path / "r")],
                         cwd=tmp_path, timeout=90)
-    assert "Traceback" not in result.stderr
-    assert "(the server answered plain HTTP: use http:// in --host)" in result.stderr
+    assert time.monotonic() - started < 20, "said before any request is sent, not after the first ones time out"
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"error: {sim.url.replace('http://', 'https://')} answers plain HTTP, not TLS: use {sim.url}"), errors
+    assert not any((tmp_path / "r").iterdir()), "no run started: nothing in --run-dir"
