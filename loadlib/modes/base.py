@@ -247,6 +247,38 @@ class Driver:
             gevent.sleep(0.05)
 
 
+class DriverOfDrivers(Driver):
+    """A driver that plays other drivers, one at a time (a sweep's configurations, an A/B run's
+    searches): what the run asks while one plays (its phase, the users it wants, its records, the
+    end of the test) is that one's, `inner`. A subclass plays them and keeps what it adds."""
+
+    inner: Driver | None = None  # the driver playing now
+
+    @property
+    def phase(self) -> Phase:
+        """The inner driver's while both play; else this one's own (between drivers, at the end)."""
+        inner = self.inner
+        if inner is not None and not inner.finished.is_set() and not self.finished.is_set():
+            return inner.phase
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase = phase
+
+    def users_wanted(self, now: float) -> int:
+        """The inner driver's wish; none before the first plays."""
+        return self.inner.users_wanted(now) if self.inner is not None else 0
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        if self.inner is not None:
+            self.inner.on_record(record)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
 def target_labels(profile: "Profile") -> list[str]:
     """The labels of an A/B run's targets, in the profile's order; [""] for a run of one server."""
     return [target.label for target in profile.targets] or [""]

@@ -18,7 +18,7 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Va
                       model_validator)
 
 from loadlib.modes.arrivals import ArrivalSlots
-from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase, target_labels
+from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, ModeState, Phase, target_labels
 from loadlib.figures.capacity import level_seed
 from loadlib.modes.search import Search, judge
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
@@ -207,7 +207,7 @@ class SearchDriver(Driver):
         return cell
 
 
-class AlternatingSearches(Driver):
+class AlternatingSearches(DriverOfDrivers):
     """An A/B run's search: each target's own search on one shared schedule, a level of A, then a
     level of B, and so on until each has its answer, so both see the same client and hour. Each
     target's result goes to the manifest's `search_by_target`."""
@@ -215,24 +215,13 @@ class AlternatingSearches(Driver):
     def __init__(self, run: Coordination, users: int, searches: list[SearchDriver]) -> None:
         super().__init__(run, users)
         self.searches = searches
-        self.current = searches[0]
-
-    @property
-    def phase(self) -> Phase:
-        return self.current.phase if not self.finished.is_set() else self._phase
-
-    @phase.setter
-    def phase(self, phase: Phase) -> None:
-        self._phase = phase
-
-    def users_wanted(self, now: float) -> int:
-        return self.current.timeline.users_wanted(now)
+        self.inner = searches[0]
 
     def play(self) -> None:
         playing = {search: search.levels() for search in self.searches}
         while playing:
             for search, levels in list(playing.items()):
-                self.current = search
+                self.inner = search
                 cell = next(levels, None)
                 if cell is None:
                     del playing[search]

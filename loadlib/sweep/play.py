@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from loadlib.modes.base import Coordination, Driver, LoadMode, Phase
+from loadlib.modes.base import Coordination, DriverOfDrivers, LoadMode, Phase
 from loadlib.profiles import TargetSpec
 from loadlib.sweep.grid import ServerConfig, configurations
 from loadlib.sweep.launch import DIED, OK, RunningServer, launch, log_tail
@@ -35,7 +35,7 @@ STOPPED = "stopped"  # a configuration cut short by the end of the test
 CONFIG_FINDINGS = ("search",)  # manifest keys a mode's driver notes that belong to its configuration
 
 
-class SweepDriver(Driver):
+class SweepDriver(DriverOfDrivers):
     """The configurations of `profile.server` one after another, each played by `mode`'s driver."""
 
     wants_records = True  # the modes' drivers that wait for their records are fed them through this one
@@ -46,21 +46,11 @@ class SweepDriver(Driver):
         self.logs = run_dir / SERVERS_DIR
         self.configs = configurations(profile.server)
         self.rows: list[dict[str, Any]] = []
-        self.inner: Driver | None = None  # the driver of the configuration being measured
         self.server: RunningServer | None = None
         self.launching: ServerConfig | None = None  # a configuration whose server is starting
         self._done_cells: list[Any] = []
         self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
         self._most_users = 0
-
-    @property
-    def phase(self) -> Phase:
-        inner = self.inner
-        return inner.phase if inner is not None and not inner.finished.is_set() else self._phase
-
-    @phase.setter
-    def phase(self, phase: Phase) -> None:
-        self._phase = phase
 
     def play(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -119,13 +109,8 @@ class SweepDriver(Driver):
         """The configuration's mode's wish, never fewer users than before (none before the first
         server is up): Locust stops whichever users it likes, and a levelled mode's next search or
         ladder from its first level needs its low stream numbers, which idle users above it keep."""
-        if self.inner is not None:
-            self._most_users = max(self._most_users, self.inner.users_wanted(now))
+        self._most_users = max(self._most_users, super().users_wanted(now))
         return self._most_users
-
-    def on_record(self, record: dict[str, Any]) -> None:
-        if self.inner is not None:
-            self.inner.on_record(record)
 
     def close(self) -> None:
         """The test ended: the server running now is stopped (its row says so); one still starting
@@ -140,7 +125,6 @@ class SweepDriver(Driver):
         server = self.server
         if server is not None and not server.ended_at:
             server.stop()
-            if self.inner is not None:
-                self.inner.close()
+            super().close()
             if not any(row["label"] == server.config.label for row in self.rows):
                 self._note(server, "the test ended during this configuration")
