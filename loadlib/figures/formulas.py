@@ -6,12 +6,14 @@ a pandas Series (the post-processor, a whole run at once).
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-import pandas as pd
 
-Num = TypeVar("Num", float, pd.Series)
+if TYPE_CHECKING:  # a Locust worker uses these formulas on floats and never loads pandas
+    import pandas as pd
+
+Num = TypeVar("Num", float, np.ndarray, "pd.Series")
 
 
 def decode_tps(completion_tokens: Num, ttft_s: Num, total_s: Num) -> Num:

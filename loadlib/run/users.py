@@ -34,7 +34,7 @@ from locust import User, constant, task
 from locust.env import Environment
 from locust.exception import LocustError
 
-from loadlib.figures import formulas, protocol_tables
+from loadlib.figures import formulas
 from loadlib.modes import ModeState
 from loadlib.modes.base import UserKind
 from loadlib.modes.own_users import OWN_CASE
@@ -43,7 +43,7 @@ from loadlib.records import RequestRecord
 from loadlib.run.runtime import ProcessRun, process_run
 from loadlib.scenarios import (DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, RADIX_HIT, TOOL_CALL, VISION, Job, Mix,
                                Scenario, build_scenarios)
-from loadlib.scenarios.base import SINGLE
+from loadlib.scenarios.base import CONCURRENT_CASES, SINGLE
 from loadlib.truth.cache import observed_state
 from loadlib.wire.client import ChatClient, RequestTag, chat_body
 
@@ -244,7 +244,7 @@ def fire_request_event(environment: Environment, record: RequestRecord, name: st
 def stats_name(case: str, cell: str, scenario: str) -> str:
     """A request's row in Locust's stats: the scenario for single-stream cells and a locustfile's
     own requests, the cell for concurrency cells, "cell: scenario" for a free-running mix."""
-    if case in protocol_tables.CONCURRENT_CASES:
+    if case in CONCURRENT_CASES:
         return cell
     if case in (SINGLE, OWN_CASE):
         return scenario

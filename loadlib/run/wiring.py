@@ -20,7 +20,7 @@ import os
 import signal
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import events
@@ -29,7 +29,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
-from loadlib.run import llmstats, metrics_export, options, otel_export, webui
+from loadlib.run import metrics_export, options, otel_export
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
                                 run_profile, usage_error)
@@ -37,10 +37,12 @@ from loadlib.run.processes import LocalUsers
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, MODE_MESSAGE,
                                  PID_MESSAGE, LocalSink, ProcessRun, WorkerSink, attach)
 from loadlib.run.selfwatch import SelfWatch
-from loadlib.run.session import RunSession
 from loadlib.run.target import Target
 from loadlib.run.users import ModeUser, mode_user_classes
 from loadlib.run.workers import FINAL_BATCHES_WAIT_S, SELFWATCH_KEY, WorkerUsers
+
+if TYPE_CHECKING:
+    from loadlib.run.session import RunSession
 
 _installed = False
 _SESSIONS: "weakref.WeakKeyDictionary[Environment, RunSession]" = weakref.WeakKeyDictionary()
@@ -71,6 +73,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         _init_worker(environment, runner, ProcessRun(environment, settings, WorkerSink(runner.send_message, watch),
                                                      watch))
         return
+    from loadlib.run.session import RunSession  # the coordinator's half: its run-end tables need pandas, a worker not
+
     locustfile_classes = list(environment.user_classes)
     plays_load_modes = any(issubclass(cls, ModeUser) for cls in locustfile_classes)
     profile = _checked_inputs(opts, plays_load_modes)
@@ -87,7 +91,10 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         run = ProcessRun(environment, settings, LocalSink(session.take_record), watch)
         attach(environment, run)
         session.users = LocalUsers(environment, run, session.live_add)
-    webui.install(environment, session)
+    if environment.web_ui is not None:
+        from loadlib.run import webui  # its page renders tables and the report (pandas): a headless run never loads it
+
+        webui.install(environment, session)
     if opts.headless and environment.shape_class is not None:
         _sigterm_like_ctrl_c()
     environment.events.test_start.add_listener(lambda **_: session.begin())
@@ -99,6 +106,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
 def _summary_into_html_report(session: RunSession) -> None:
     """Locust has written its `--html` report: the last test's summary goes in it too."""
     if session.opts.html_file and session.summary_text and session.run_dir is not None:
+        from loadlib.run import llmstats
+
         llmstats.add_to_html_report(session.opts.html_file, session.summary_text, session.run_dir)
 
 

@@ -104,6 +104,7 @@ class Cell:
 
 
 SINGLE = "single"  # the protocol's single-stream cell (and its case)
+CONCURRENT_CASES = ("same", "different")  # the protocol's cells of N streams: one prompt, or different ones
 WARMUP = "warmup"  # a free-running mode's unmeasured cell before the measured ones
 
 

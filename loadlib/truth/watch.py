@@ -21,8 +21,6 @@ import gevent
 import orjson
 from locust.event import EventHook
 
-from loadlib.records import records_frame
-from loadlib.truth import server_figures
 from loadlib.truth.probe import SERVER_INFO_FILE, probe_server
 from loadlib.truth.scrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
 
@@ -172,6 +170,9 @@ class ServerWatch:
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
             return
+        from loadlib.records import records_frame  # tables (pandas): workers import this module for its options
+        from loadlib.truth import server_figures
+
         records = records_frame(self.cell_records(tag["cell"]))
         entries = [parsed(e, server_figures.NAMES_READ) for e in self._cell_entries]
         for server in server_figures.server_cells(entries):
