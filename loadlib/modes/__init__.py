@@ -1,39 +1,31 @@
 """Load modes: how requests are scheduled.
 
-`MODES` is the one registry: mode name -> `LoadMode`, the one object that owns both halves of the
-mode (its `[load]` table's schema, its coordinator's `Driver`, and what each user runs in its
-process, `ModeState`). A new mode is one module with its schema and its `LoadMode`, plus one line
-here. `OWN_USERS` is the mode of a locustfile with users of its own (no profile asks for it).
+`MODES` (`registry.py`) is the one registry: mode name -> `LoadMode`, the one object that owns
+both halves of the mode (its `[load]` table's schema, its coordinator's `Driver`, and what each
+user runs in its process, `ModeState`). `OWN_USERS` is the mode of a locustfile with users of its
+own (no profile asks for it).
+
+The names load on first use: the post-processor reads a search's judgement (`search.py`), not
+the modes' schemas (pydantic) and drivers (gevent).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import Any
 
-from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, Phase
-from loadlib.modes.closed import CLOSED
-from loadlib.modes.ladder import LADDER
-from loadlib.modes.open_loop import OPEN
-from loadlib.modes.own_users import OWN_USERS
-from loadlib.modes.rounds import ROUNDS
-from loadlib.modes.search_driver import SEARCH
-from loadlib.modes.trace import TRACE
+_NAMES_BY_MODULE = {
+    "base": ("Assignment", "Coordination", "Driver", "LoadMode", "ModeState", "Phase"),
+    "own_users": ("OWN_USERS",),
+    "registry": ("MODES", "mode_named", "mode_of"),
+}
+_MODULE_OF = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names}
 
-if TYPE_CHECKING:
-    from loadlib.profiles import Profile
-
-MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE)}
+__all__ = sorted(_MODULE_OF)
 
 
-def mode_of(profile: Profile | None) -> LoadMode:
-    """The mode a profile asks for; without one, the locustfile's own users."""
-    return MODES[profile.load.mode] if profile is not None else OWN_USERS
-
-
-def mode_named(name: str) -> LoadMode:
-    """The mode a run's configuration names: a registry key, or the locustfile's own users."""
-    return OWN_USERS if name == OWN_USERS.name else MODES[name]
-
-
-__all__ = ["MODES", "OWN_USERS", "Assignment", "Coordination", "Driver", "LoadMode", "ModeState", "Phase",
-           "mode_named", "mode_of"]
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

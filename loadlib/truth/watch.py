@@ -22,7 +22,8 @@ import orjson
 from locust.event import EventHook
 
 from loadlib.truth.probe import SERVER_INFO_FILE, probe_server
-from loadlib.truth.scrape import METRICS_FILE, MetricsSource, Scraper, metrics_url, parsed
+from loadlib.truth.scrape import METRICS_FILE, parsed
+from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
 
 log = logging.getLogger("uni-bench")
 

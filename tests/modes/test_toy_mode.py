@@ -107,7 +107,7 @@ def package_with_toy_mode(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "loadlib", root / "loadlib", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "locustfiles", root / "locustfiles")
     (root / "loadlib" / "modes" / "countdown.py").write_text(TOY_MODE, encoding="utf-8")
-    registry = root / "loadlib" / "modes" / "__init__.py"
+    registry = root / "loadlib" / "modes" / "registry.py"
     text = registry.read_text(encoding="utf-8")
     line = "MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE)}"
     assert line in text

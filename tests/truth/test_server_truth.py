@@ -24,7 +24,8 @@ from loadlib.report.server_view import server_cell_table
 from loadlib.sim.process import start_simulator
 from loadlib.truth import server_figures
 from loadlib.truth.probe import REDACTED, redact
-from loadlib.truth.scrape import MetricsSource, Scraper, metrics_url, parsed, read_scrapes
+from loadlib.truth.scrape import parsed, read_scrapes
+from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
 
 DATA = Path(__file__).parent.parent / "data" / "metrics"
