@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlib.figures.columns import isin
 from loadlib.figures.formulas import forward_rate
-from loadlib.figures.uncertainty import percentile_uncertainty, uncertainty_columns
+from loadlib.figures.uncertainty import RankedSample, uncertainty_columns
 from loadlib.scenarios.base import SINGLE, round_cell_name
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
 
@@ -43,6 +44,15 @@ COLD, HIT, UNKNOWN = 0, 1, 2  # prefix-cache states (`cache_states`)
 CACHE_NAMES = {COLD: "cold", HIT: "hit", UNKNOWN: "unknown"}
 
 
+# The columns a table reads, selected before its rows: filtering the whole frame would copy every
+# column, the long text ones (request_id, output_sha) too.
+ROUND_INPUTS = ["cell", "round", "concurrency", "case", "ok", "completion_tokens", "total_s", "ttft_s",
+                "first_token_at", "last_token_at", "cached_tokens", "prompt_tokens", "decode_tps"]
+
+
+SINGLE_INPUTS = ["scenario", "ok", "decode_tps", "ttft_s", "ttfo_s", "tok_per_chunk", "e2e_tps"]
+
+
 def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     """One row per concurrent round, with the protocol's aggregate and the wall-clock one.
 
@@ -60,7 +70,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     stays the N-stream figure at any N, where "at least 2" would average 8-stream rounds with
     rounds that lost streams early and ran the rest with less contention.
     """
-    conc = df[df["case"].isin(CONCURRENT_CASES)]
+    conc = df.loc[isin(df["case"], CONCURRENT_CASES), ROUND_INPUTS]
     ok = conc["ok"]
     work = conc.assign(
         decode_tokens=(conc["completion_tokens"] - 1).where(ok),
@@ -73,7 +83,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     rounds = work.groupby(["cell", "round"], sort=False, observed=True).agg(
         concurrency=("concurrency", "first"),
         case=("case", "first"),
-        streams=("request_id", "size"),
+        streams=("ok", "size"),
         ok_streams=("ok", "sum"),
         decode_tokens=("decode_tokens", "sum"),
         decode_time=("decode_time", "max"),
@@ -100,7 +110,7 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
     `ttfo_s` (mean time to the first answer token after the reasoning) is NaN without thinking.
     `failed` counts the scenario's requests left out of every figure.
     """
-    single = df[df["case"] == SINGLE]
+    single = df.loc[df["case"] == SINGLE, SINGLE_INPUTS]
     ok = single[single["ok"]]
     table = ok.groupby("scenario", sort=False, observed=True).agg(
         decode_tps=("decode_tps", "mean"),
@@ -110,7 +120,7 @@ def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
         ttfo_s=("ttfo_s", "mean"),
         tok_per_chunk=("tok_per_chunk", "mean"),
         e2e_tps=("e2e_tps", "mean"),
-        n=("request_id", "size"),
+        n=("ok", "size"),
     )
     table["forward_rate"] = forward_rate(table["decode_tps"], table["tok_per_chunk"])
     failed = single.loc[~single["ok"], "scenario"].astype(str).value_counts()
@@ -174,17 +184,7 @@ def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
     Where any of them has a TTFO (thinking: the first answer token after the reasoning), its
     p50/p90/p99 and count follow as `ttfo_p50`, `ttfo_p90`, `ttfo_p99`, `ttfo_n` (NaN and 0 for
     a group without)."""
-    ok = df.loc[df["ok"], [by, "ttft_s", "ttfo_s"]]
-    if ok.empty:
-        return pd.DataFrame(columns=["p50", "p90", "p99", "n"])
-    grouped = ok.groupby(by, sort=False, observed=True)
-    pct = _percentiles(grouped["ttft_s"])
-    pct["n"] = grouped.size()
-    if ok["ttfo_s"].notna().any():
-        ttfo = _percentiles(grouped["ttfo_s"])
-        pct[[f"ttfo_{col}" for col in ttfo.columns]] = ttfo
-        pct["ttfo_n"] = grouped["ttfo_s"].count()
-    return pct
+    return _ttft_table(df, by, intervals=False)
 
 
 def ttft_percentiles_ci(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
@@ -192,26 +192,44 @@ def ttft_percentiles_ci(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:
     enough samples to be a tail estimate (`uncertainty.percentile_uncertainty`: `p90_ci_low`,
     `p90_ci_high`, `p90_enough`, ...; TTFO's, where there is one, as `ttfo_p90_ci_low`, ...). The
     percentiles themselves are unchanged: the thread's figures."""
-    pct = ttft_percentiles(df, by)
+    return _ttft_table(df, by, intervals=True)
+
+
+def _ttft_table(df: pd.DataFrame, by: str, intervals: bool) -> pd.DataFrame:
+    """`ttft_percentiles`, with `intervals` its `ttft_percentiles_ci`: each group's TTFT (and TTFO)
+    put in order once (`RankedSample`) for both its percentiles and their intervals."""
     ok = df.loc[df["ok"], [by, "ttft_s", "ttfo_s"]]
     if ok.empty:
-        return pct.reindex(columns=[*pct.columns, *uncertainty_columns(PERCENTILES)])
+        columns = ["p50", "p90", "p99", "n", *(uncertainty_columns(PERCENTILES) if intervals else ())]
+        return pd.DataFrame(columns=columns)
     grouped = ok.groupby(by, sort=False, observed=True)
-    pct = pct.join(_uncertainty(grouped["ttft_s"]))
-    return pct.join(_uncertainty(grouped["ttfo_s"], prefix="ttfo_")) if "ttfo_n" in pct else pct
+    n = grouped.size()
+    rows = [grouped.indices[key] for key in n.index]
+    ttft = [RankedSample(values, PERCENTILES) for values in _split(ok["ttft_s"], rows)]
+    ttfo = [RankedSample(values, PERCENTILES) for values in _split(ok["ttfo_s"], rows)] \
+        if ok["ttfo_s"].notna().any() else []
+    names = [f"p{int(q * 100)}" for q in PERCENTILES]
+    table = pd.DataFrame([sample.grouped_percentiles() for sample in ttft], index=n.index, columns=names)
+    table["n"] = n
+    if ttfo:
+        table[[f"ttfo_{name}" for name in names]] = [sample.grouped_percentiles() for sample in ttfo]
+        table["ttfo_n"] = np.array([sample.n for sample in ttfo], dtype="int64")
+    if not intervals:
+        return table
+    table = table.join(_uncertainty(ttft, table.index))
+    return table.join(_uncertainty(ttfo, table.index, "ttfo_")) if ttfo else table
 
 
-def _percentiles(grouped: Any) -> pd.DataFrame:
-    """`PERCENTILES` of a grouped Series, one column each (p50, p90, p99)."""
-    pct = grouped.quantile(list(PERCENTILES)).unstack()
-    pct.columns = [f"p{int(q * 100)}" for q in PERCENTILES]
-    return pct
+def _split(values: pd.Series, rows: list[np.ndarray]) -> list[np.ndarray]:
+    """`values` at each group's `rows` (positions)."""
+    array = values.to_numpy(dtype="float64")
+    return [array[positions] for positions in rows]
 
 
-def _uncertainty(grouped: Any, prefix: str = "") -> pd.DataFrame:
-    """Each group's `percentile_uncertainty` of `PERCENTILES`, one row a group."""
-    return pd.DataFrame.from_dict({key: percentile_uncertainty(values, PERCENTILES, prefix) for key, values in grouped},
-                                  orient="index", columns=uncertainty_columns(PERCENTILES, prefix))
+def _uncertainty(samples: list[RankedSample], index: pd.Index, prefix: str = "") -> pd.DataFrame:
+    """Each sample's `percentile_uncertainty`, one row a sample (a group of `index`)."""
+    return pd.DataFrame([sample.uncertainty(prefix) for sample in samples], index=index,
+                        columns=uncertainty_columns(PERCENTILES, prefix))
 
 
 def failures_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -250,17 +268,17 @@ def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
     rate) or "unknown" (the server did not report cached tokens). Concurrent streams are left
     out: their TTFT includes waiting for each other's prefill.
     """
-    rows = df.loc[df["ok"] & df["prompt_tokens"].notna() & ~df["case"].isin(CONCURRENT_CASES),
-                  ["cell", "scenario", "request_id", "prompt_tokens", "cached_tokens", "cache_observed", "ttft_s",
-                   "prefill_tps", "uncached_prefill_tps"]]
-    table = rows.assign(cache=cache_states(rows)).groupby(["cell", "scenario", "cache"], sort=False,
-                                                          observed=True).agg(
+    pick = (df["ok"] & df["prompt_tokens"].notna()).to_numpy() & ~isin(df["case"], CONCURRENT_CASES)
+    rows = df.loc[pick, ["cell", "scenario", "prompt_tokens", "cached_tokens", "ttft_s", "prefill_tps",
+                         "uncached_prefill_tps"]]
+    table = rows.assign(cache=cache_states(df)[pick]).groupby(["cell", "scenario", "cache"], sort=False,
+                                                              observed=True).agg(
         prompt_tokens=("prompt_tokens", "mean"),
         cached_tokens=("cached_tokens", "mean"),
         ttft_s=("ttft_s", "mean"),
         prefill_tps=("prefill_tps", "mean"),
         uncached_prefill_tps=("uncached_prefill_tps", "mean"),
-        n=("request_id", "size"),
+        n=("ttft_s", "size"),
     ).reset_index()
     table = table.sort_values(["prompt_tokens", "cache"], kind="stable").reset_index(drop=True)
     return table.assign(cache=table["cache"].map(CACHE_NAMES))
@@ -320,7 +338,7 @@ def cell_kinds(df: pd.DataFrame) -> dict[str, str]:
     protocol's own cells (named by `round_cell_name(N, case)`), else the scenario
     its streams sent (a profile's kind, e.g. `distinct-issues`), else, for a cell of several
     scenarios, the cell itself. Cells of one kind at several N make one series."""
-    conc = df.loc[df["case"].isin(CONCURRENT_CASES), ["cell", "case", "concurrency", "scenario"]]
+    conc = df.loc[isin(df["case"], CONCURRENT_CASES), ["cell", "case", "concurrency", "scenario"]]
     cells = conc.groupby("cell", sort=False, observed=True).agg(
         case=("case", "first"), concurrency=("concurrency", "first"), scenario=("scenario", "first"),
         scenarios=("scenario", "nunique"))

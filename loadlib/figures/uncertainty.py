@@ -61,25 +61,83 @@ def percentile_interval(values: Iterable[float], q: float, level: float = LEVEL)
     """(low, high): the `level` confidence interval of the q-quantile of `values` (NaN left out),
     from `rank_interval`; -inf or inf where the samples give no bound on that side, NaN for no
     samples."""
-    return _intervals(_samples(values), [q], level)[0]
+    return RankedSample(values, [q], level).intervals()[0]
 
 
 def _samples(values: Iterable[float]) -> np.ndarray:
+    """The values without NaN (the values themselves, not a copy, where there is none)."""
     data = np.asarray(values, dtype="float64")
-    return data[~np.isnan(data)]
+    missing = np.isnan(data)
+    return data[~missing] if missing.any() else data
 
 
-def _intervals(data: np.ndarray, quantiles: list[float], level: float) -> list[tuple[float, float]]:
-    """Each quantile's interval: only the order statistics it needs are put in place
-    (`np.partition`, linear), not the whole sample sorted."""
-    n = int(data.size)
-    if not n:
-        return [(math.nan, math.nan)] * len(quantiles)
-    ranks = [rank_interval(n, q, level) for q in quantiles]
-    needed = sorted({r - 1 for pair in ranks for r in pair if 1 <= r <= n})
-    placed = np.partition(data, needed) if needed else data
-    return [(float(placed[lower - 1]) if lower >= 1 else -math.inf,
-             float(placed[upper - 1]) if upper <= n else math.inf) for lower, upper in ranks]
+class RankedSample:
+    """One sample (NaN left out) with the order statistics that its percentiles and their
+    confidence intervals need put in place by a single partial sort (`np.partition`, linear): a
+    million values are neither sorted whole nor partitioned once for the percentiles and again
+    for each interval. The percentiles come out as numpy's or pandas' own functions give them,
+    to the last bit (`percentiles`, `grouped_percentiles`)."""
+
+    def __init__(self, values: Iterable[float], quantiles: Iterable[float], level: float = LEVEL) -> None:
+        data = _samples(values)
+        self.n = int(data.size)
+        self.quantiles = [float(q) for q in quantiles]
+        self.ranks = [rank_interval(self.n, q, level) for q in self.quantiles]
+        below = [int((self.n - 1) * q) for q in self.quantiles]  # the order statistics a percentile lies between
+        needed = {r - 1 for pair in self.ranks for r in pair if 1 <= r <= self.n}
+        needed |= {i for b in below for i in (b, b + 1) if i < self.n}
+        self._placed = np.partition(data, sorted(needed)) if needed else data
+
+    def percentiles(self) -> list[float]:
+        """As `np.quantile(values, quantiles)` (its default linear interpolation, done its way:
+        from the upper neighbour when the fraction is at least a half); NaN without samples."""
+        return [self._numpy_linear(q) for q in self.quantiles]
+
+    def grouped_percentiles(self) -> list[float]:
+        """As pandas' `groupby(...).quantile(quantiles)` (linear interpolation, always from the lower
+        neighbour: a + (b - a) * fraction); NaN without samples."""
+        return [self._pandas_linear(q) for q in self.quantiles]
+
+    def intervals(self) -> list[tuple[float, float]]:
+        """Each quantile's `percentile_interval`: order statistics at `rank_interval`'s ranks."""
+        if not self.n:
+            return [(math.nan, math.nan)] * len(self.ranks)
+        return [(self._at(lower - 1) if lower >= 1 else -math.inf, self._at(upper - 1) if upper <= self.n else math.inf)
+                for lower, upper in self.ranks]
+
+    def uncertainty(self, prefix: str = "") -> dict[str, float | bool]:
+        """`percentile_uncertainty` of this sample."""
+        columns: dict[str, float | bool] = {}
+        enough: dict[str, float | bool] = {}
+        for q, interval in zip(self.quantiles, self.intervals()):
+            name = prefix + percentile_name(q)
+            columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = interval
+            enough[f"{name}_enough"] = enough_samples(self.n, q)
+        return {**columns, **enough}
+
+    def _at(self, index: int) -> float:
+        return float(self._placed[index])
+
+    def _numpy_linear(self, q: float) -> float:
+        if not self.n:
+            return math.nan
+        virtual = (self.n - 1) * q
+        below = math.floor(virtual)
+        if virtual >= self.n - 1:  # numpy reads the last value from both sides (index -1)
+            below, low, high = -1, self._at(-1), self._at(-1)
+        else:
+            low, high = self._at(below), self._at(below + 1)
+        gamma = virtual - below
+        diff = high - low
+        return high - diff * (1 - gamma) if gamma >= 0.5 else low + diff * gamma
+
+    def _pandas_linear(self, q: float) -> float:
+        if not self.n:
+            return math.nan
+        position = q * (self.n - 1)
+        below, fraction = int(position), position % 1
+        low = self._at(below)
+        return low if fraction == 0.0 else low + (self._at(below + 1) - low) * fraction
 
 
 def samples_needed(q: float) -> int:
@@ -100,14 +158,7 @@ def percentile_uncertainty(values: Iterable[float], quantiles: Iterable[float], 
     """For one sample, per quantile: `{prefix}p90_ci_low`, `{prefix}p90_ci_high`
     (`percentile_interval`) and `{prefix}p90_enough` (`enough_samples`), in that order of
     columns for all quantiles."""
-    data, quantiles = _samples(values), list(quantiles)
-    columns: dict[str, float | bool] = {}
-    enough: dict[str, float | bool] = {}
-    for q, interval in zip(quantiles, _intervals(data, quantiles, level)):
-        name = prefix + percentile_name(q)
-        columns[f"{name}_ci_low"], columns[f"{name}_ci_high"] = interval
-        enough[f"{name}_enough"] = enough_samples(int(data.size), q)
-    return {**columns, **enough}
+    return RankedSample(values, quantiles, level).uncertainty(prefix)
 
 
 def uncertainty_columns(quantiles: Iterable[float], prefix: str = "") -> list[str]:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
+from loadlib.figures.columns import distinct
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
 from loadlib.figures.validity import Check
 from loadlib.report import protocol as summary
@@ -64,7 +65,7 @@ class RunData:
     @cached_property
     def long_context(self) -> bool:
         """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
-        return any(str(name).startswith(LONG_CONTEXT.name) for name in self.df["scenario"].unique())
+        return any(str(name).startswith(LONG_CONTEXT.name) for name in distinct(self.df["scenario"]))
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Entry:
 
 
 def _ran_protocol(run: RunData) -> bool:
-    return bool(run.df["case"].isin(summary.PROTOCOL_CASES).any())
+    return any(case in summary.PROTOCOL_CASES for case in distinct(run.df["case"]))
 
 
 def _prefill(run: RunData) -> Section:

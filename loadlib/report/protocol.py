@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from loadlib.figures import protocol_tables
+from loadlib.figures.columns import distinct, isin
 from loadlib.figures.protocol_tables import PERCENTILES, ProtocolTables
 from loadlib.figures.uncertainty import uncertainty_columns
 from loadlib.records import THINKING_MODES, records_frame
@@ -142,8 +143,8 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     manifest, then the settings, the protocol's rounds (when it ran) and the request counts
     from the records."""
     manifest = manifest or {}
-    protocol = df["case"].isin(PROTOCOL_CASES)
-    modes = sorted(str(case) for case in df.loc[~protocol, "case"].unique())
+    cases = distinct(df["case"])
+    modes = sorted(str(case) for case in cases if case not in PROTOCOL_CASES)
     parts = [f"{'/'.join(modes)} run"] if modes else []
     target = manifest.get("target")
     if manifest.get("targets"):  # an A/B run
@@ -152,14 +153,14 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
         target = _target_phrase(target)
     parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")),
                                                   ("targets" if manifest.get("targets") else "target", target)) if value]
-    max_tokens = sorted(df["max_tokens"].dropna().astype(int).unique())
+    max_tokens = sorted({int(value) for value in distinct(df["max_tokens"])})
     if len(max_tokens) > MAX_TOKENS_LISTED:  # lengths drawn per request (synthetic, dataset, trace)
         parts.append(f"max_tokens {max_tokens[0]}–{max_tokens[-1]} ({len(max_tokens)} values)")
     elif max_tokens:
         parts.append("max_tokens " + "/".join(map(str, max_tokens)))
     parts.append("thinking " + thinking_phrase(df["thinking"].unique()))
-    if protocol.any():
-        rounds = int(df.loc[protocol, "round"].max()) + 1
+    if any(case in PROTOCOL_CASES for case in cases):
+        rounds = int(df.loc[isin(df["case"], PROTOCOL_CASES), "round"].max()) + 1
         parts.append(f"{rounds} round{'s' if rounds > 1 else ''}")
     parts.append(f"{len(df)} requests, {int((~df['ok']).sum())} failed")
     cut = cut_short(manifest)

@@ -13,10 +13,14 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from loadlib.figures.columns import distinct
 from loadlib.report import text
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes
+
+CLIENT_COLUMNS = ["cell", "sent_at", "scenario", "ok", "chunks", "completion_tokens"]  # what the client's side reads
+
 
 DIVERGENCE_NOTE = ("chunks are merged on the way (SGLang's --stream-interval above 1, or a proxy that "
                    "re-chunks the stream)")
@@ -26,6 +30,7 @@ def server_sections(run_dir: Path, records: pd.DataFrame, manifest: Mapping[str,
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split
     (the scrapes from `run_dir`, the records frame and manifest of the same run)."""
     entries = list(read_scrapes(run_dir, server_figures.NAMES_READ))
+    records = records[CLIENT_COLUMNS]  # each cell's records are found in these alone, not in a copy of every column
     cells = server_cell_table(server_figures.server_cells(entries), records)
     launch = (manifest.get("server") or {}).get("launch") or {}
     return [server_cells_section(cells), divergence_section(cells, launch.get("stream_interval")),
@@ -38,7 +43,7 @@ def server_cell_table(cells: list[server_figures.ServerCell], records: pd.DataFr
     A cell with no measured records (warm-up, priming) is left out, as the client's figures
     leave it out."""
     rows = []
-    measured_cells = set(records["cell"])
+    measured_cells = set(distinct(records["cell"]))
     for c in cells:
         if c.span.cell not in measured_cells:
             continue

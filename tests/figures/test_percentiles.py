@@ -8,13 +8,14 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.formats import json as json_format
 from analysis.report import run_report
 from loadlib.figures import free_running, protocol_tables
-from loadlib.figures.uncertainty import (enough_samples, percentile_interval, percentile_uncertainty, rank_interval,
-                                         samples_needed)
+from loadlib.figures.uncertainty import (RankedSample, enough_samples, percentile_interval, percentile_uncertainty,
+                                         rank_interval, samples_needed)
 from loadlib.records import records_frame
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record, build_run
@@ -65,6 +66,26 @@ def test_the_interval_covers_a_known_percentile_95_percent_of_the_time(q):
     held = [low <= truth <= high for low, high in
             (percentile_interval(rng.exponential(size=400), q) for _ in range(1000))]
     assert 0.93 <= np.mean(held) <= 0.99
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 99, 100, 101, 368, 1001, 20_000])
+def test_one_partial_sort_gives_numpys_and_pandas_percentiles_to_the_last_bit(n):
+    """`RankedSample` reads the percentiles off the order statistics it put in place for the
+    intervals: they must be numpy's quantile (the steady-state tables) and pandas' grouped quantile
+    (the TTFT tables) exactly, ties and whole-number positions included."""
+    rng = np.random.default_rng(n)
+    for values in (rng.gamma(4.0, 0.05, n), rng.integers(0, 4, n).astype(float), np.round(rng.normal(1, 0.3, n), 2)):
+        sample = RankedSample(np.append(values, np.nan), (0.5, 0.9, 0.99))
+        assert sample.n == n
+        assert sample.percentiles() == np.quantile(values, (0.5, 0.9, 0.99)).tolist()
+        grouped = pd.Series(values).groupby(np.zeros(n)).quantile([0.5, 0.9, 0.99])
+        assert sample.grouped_percentiles() == grouped.tolist()
+        assert sample.uncertainty() == percentile_uncertainty(values, (0.5, 0.9, 0.99))
+
+
+def test_a_sample_without_values_has_no_percentiles():
+    sample = RankedSample([np.nan], (0.5, 0.9))
+    assert sample.n == 0 and all(math.isnan(v) for v in sample.percentiles() + sample.grouped_percentiles())
 
 
 def test_a_percentile_needs_one_over_its_tail_samples():
