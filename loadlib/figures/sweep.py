@@ -14,7 +14,9 @@ computed by the function the report already uses for it:
 - accept length: the client's tok/chunk (`server_figures.client_tok_per_chunk`, stream-chunk
   basis) and, where the server's /metrics were scraped, its own accept length per verify step.
 
-A configuration's records are the records frame's rows whose `target` is its label. Pure
+A configuration's records, and the figures of them its own sections show too (its steady-state
+table, its cells' steady windows), are those its report computed once for its server
+(`loadlib.report.targets`): the sweep reads them, it does not split or measure again. Pure
 functions; `loadlib.report.sweep` words them.
 """
 
@@ -23,16 +25,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.capacity import level_table
-from loadlib.figures.goodput import GoodputSlo
 from loadlib.figures.uncertainty import percentile_uncertainty
-from loadlib.records import target_dir
+from loadlib.records import records_frame
 from loadlib.sweep.launch import OK
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes
@@ -43,28 +44,42 @@ SWEEP_COLUMNS = ["label", "config", "status", "n", "failed", "capacity", "capaci
                  "ttft_p90_ci_high", "slo_met", "tok_per_chunk", "accept_length", "log_tail"]
 
 
+class Measured(Protocol):
+    """What a configuration's server measured, as its report holds it (`loadlib.report.contents.RunData`):
+    its records, their steady-state table against the sweep's SLO and the cells' steady windows, and
+    the directory of its server's scrapes (None: none)."""
+
+    df: pd.DataFrame
+    steady: pd.DataFrame
+    steady_cells: list[free_running.SteadyCell]
+    run_dir: Path | None
+
+
 @dataclass(frozen=True)
 class ConfigRun:
     """One configuration of a sweep, shaped like a run for the verdicts (`label`, `records`),
-    with its sweep entry (`config`, `status`, `log_tail`, and `search` where it ran one)."""
+    with its sweep entry (`config`, `status`, `log_tail`, and `search` where it ran one) and what
+    it measured (None: it has no records)."""
 
     label: str
-    records: pd.DataFrame
     entry: Mapping[str, Any]
+    measured: Measured | None = None
 
     @property
     def status(self) -> str:
         return str(self.entry.get("status") or OK)
 
+    @property
+    def records(self) -> pd.DataFrame:
+        return self.measured.df if self.measured is not None else records_frame([])
 
-def config_runs(df: pd.DataFrame, entries: Sequence[Mapping[str, Any]]) -> list[ConfigRun]:
-    """Each configuration in the sweep's order (`entries`, the manifest's `sweep`), then any label
-    the records hold that no entry names; its records are those whose `target` is its label."""
+
+def config_runs(measured: Mapping[str, Measured], entries: Sequence[Mapping[str, Any]]) -> list[ConfigRun]:
+    """Each configuration in the sweep's order (`entries`, the manifest's `sweep`), then any server
+    of the records (`measured`, by label) that no entry names; each with what its server measured."""
     listed = {str(entry["label"]): entry for entry in entries}
-    present = list(pd.unique(df["target"])) if "target" in df and len(df) else []
-    labels = [*listed, *sorted(str(label) for label in present if label not in listed and label != "")]
-    return [ConfigRun(label, df[df["target"] == label].reset_index(drop=True), listed.get(label, {"label": label}))
-            for label in labels]
+    labels = [*listed, *sorted(str(label) for label in measured if label not in listed)]
+    return [ConfigRun(label, listed.get(label, {"label": label}), measured.get(label)) for label in labels]
 
 
 def compared(runs: Iterable[ConfigRun]) -> list[ConfigRun]:
@@ -73,23 +88,23 @@ def compared(runs: Iterable[ConfigRun]) -> list[ConfigRun]:
     return [run for run in runs if run.status == OK and len(run.records)]
 
 
-def sweep_table(runs: Sequence[ConfigRun], slo: GoodputSlo, run_dir: Path | None = None) -> pd.DataFrame:
+def sweep_table(runs: Sequence[ConfigRun]) -> pd.DataFrame:
     """One row per configuration, `SWEEP_COLUMNS` (see the module's doc): a configuration that did
-    not serve has its status, its log tail and no figures. `run_dir` finds each configuration's
-    server scrapes (`targets/<label>/metrics.jsonl`) for the server's accept length."""
+    not serve has its status, its log tail and no figures."""
     rows = [{"label": run.label, "config": dict(run.entry.get("config") or {}), "status": run.status,
-             **config_figures(run, slo, run_dir), "log_tail": list(run.entry.get("log_tail") or [])}
+             **config_figures(run), "log_tail": list(run.entry.get("log_tail") or [])}
             for run in runs]
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
 
-def config_figures(run: ConfigRun, slo: GoodputSlo, run_dir: Path | None = None) -> dict[str, Any]:
+def config_figures(run: ConfigRun) -> dict[str, Any]:
     """The figures of one configuration (NaN where it has none)."""
-    df = run.records
+    df, measured = run.records, run.measured
     figures: dict[str, Any] = {name: math.nan for name in SWEEP_COLUMNS[5:-1]}
     figures.update(n=len(df), failed=int((~df["ok"]).sum()) if len(df) else 0, capacity_variable=None)
-    figures.update(capacity_figures(df, run.entry.get("search")))
-    if not len(df):
+    cells = measured.steady_cells if measured is not None else None
+    figures.update(capacity_figures(df, run.entry.get("search"), cells))
+    if measured is None:
         return figures
     decode = df.loc[df["ok"], "decode_tps"].dropna().to_numpy(dtype="float64")
     if decode.size:
@@ -101,7 +116,7 @@ def config_figures(run: ConfigRun, slo: GoodputSlo, run_dir: Path | None = None)
         row = ttft.iloc[0]
         figures.update({f"ttft_{p}_s": row[p] for p in ("p50", "p90")})
         figures.update({f"ttft_{p}_ci_{end}": row[f"{p}_ci_{end}"] for p in ("p50", "p90") for end in ("low", "high")})
-    steady = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps)
+    steady = measured.steady
     if not steady.empty:
         figures["steady_decode_tps"] = float(steady["decode_tps"].max())
         weights = steady["n"].to_numpy(dtype="float64")
@@ -110,17 +125,19 @@ def config_figures(run: ConfigRun, slo: GoodputSlo, run_dir: Path | None = None)
                                        / weights.sum())
     tok_per_chunk = server_figures.client_tok_per_chunk(df)
     figures["tok_per_chunk"] = math.nan if tok_per_chunk is None else tok_per_chunk
-    if run_dir is not None:
-        figures["accept_length"] = server_accept_length(target_dir(run_dir, run.label), df)
+    if measured.run_dir is not None:
+        figures["accept_length"] = server_accept_length(measured.run_dir, df)
     return figures
 
 
-def capacity_figures(df: pd.DataFrame, search: Mapping[str, Any] | None) -> dict[str, Any]:
+def capacity_figures(df: pd.DataFrame, search: Mapping[str, Any] | None,
+                     cells: list[free_running.SteadyCell] | None = None) -> dict[str, Any]:
     """A configuration's capacity search: its best level (`capacity`, in `capacity_variable`:
-    users or rate) and the req/s delivered there (`capacity_rps`); none without a search."""
+    users or rate) and the req/s delivered there (`capacity_rps`); none without a search. `cells`:
+    the records' steady windows, where known (`level_table`)."""
     if not search or search.get("best") is None:
         return {}
-    levels = level_table(df, search)
+    levels = level_table(df, search, cells)
     at_best = levels.loc[levels["value"] == search["best"], "delivered_rps"]
     return {"capacity": float(search["best"]), "capacity_variable": search.get("variable"),
             "capacity_rps": float(at_best.iloc[-1]) if len(at_best) else math.nan}

@@ -8,22 +8,19 @@ serve (`loadlib.report.sweep`). Nothing here computes a figure of its own."""
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import pandas as pd
+from typing import Any, Sequence
 
 from loadlib.figures import across_runs, verdicts
-from loadlib.figures.headline import headline_figures
 from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Section, flatten, json_rows, rows
 from loadlib.report.html_charts import run_charts
-from loadlib.report.html_runs import as_runs
+from loadlib.report.html_runs import RunInput, as_runs, read_runs
 from loadlib.report.protocol import settings_line, summary_dict
-from loadlib.report.sweep import sweep_sections
+from loadlib.report.run_figures import RunFigures
 from loadlib.report.targets import TargetRun
 from loadlib.report.validity import judged
-from loadlib.report.verdicts import verdicts_section
+from loadlib.report.verdicts import judge
 
 SECRET = re.compile(r"api[_-]?key|authori[sz]ation|secret|password|bearer|cookie", re.IGNORECASE)
 # what was run, in this order (manifest keys and their sub-keys); the rest follows
@@ -31,14 +28,15 @@ WHAT = ("target", "server.kind", "server.version", "server.launch", "model", "pr
         "tool", "command", "started_at", "ended_at")
 
 
-def page_data(given: list[tuple[str, RunData]]) -> dict[str, Any]:
+def page_data(given: Sequence[tuple[str, RunInput]]) -> dict[str, Any]:
     """The page's data for one run, or several side by side (the first is the reference); a run
     with several servers shows one run per target (`html_runs.as_runs`)."""
-    runs = as_runs(given)
-    labels = [label for label, _ in runs]
-    return {"labels": labels, "runs": [run_entry(label, data) for label, data in runs],
-            "comparison": comparison(runs) if len(runs) > 1 else None,
-            "sweeps": [sweep_entry(label, data) for label, data in given if data.manifest.get("sweep")]}
+    runs = read_runs(given)
+    shown = as_runs(runs)
+    labels = [label for label, _ in shown]
+    return {"labels": labels, "runs": [run_entry(label, data) for label, data in shown],
+            "comparison": comparison(shown, runs) if len(shown) > 1 else None,
+            "sweeps": [sweep_entry(label, figures) for label, figures in runs if figures.sweep is not None]}
 
 
 def run_entry(label: str, run: RunData) -> dict[str, Any]:
@@ -53,11 +51,11 @@ def run_entry(label: str, run: RunData) -> dict[str, Any]:
             "charts": run_charts(run)}
 
 
-def sweep_entry(label: str, run: RunData) -> dict[str, Any]:
+def sweep_entry(label: str, figures: RunFigures) -> dict[str, Any]:
     """A sweep's table (its data is `report --json`'s `"sweep"` rows, which the chart draws) and the
     logs of the configurations that did not serve; its verdicts are the comparison's, as each
     configuration that served is one of the page's runs."""
-    sections, _json = sweep_sections(run.df, run.manifest, run.run_dir, run.slo)
+    sections, _json = figures.sweep
     return {"label": label, "sections": [section_entry(s) for s in sections if s.key in ("sweep", "sweep_logs")]}
 
 
@@ -78,15 +76,14 @@ def section_entry(section: Section) -> dict[str, Any]:
             "data": json_rows(section.data), "shown": not (section.optional and section.data.empty)}
 
 
-def comparison(runs: list[tuple[str, RunData]]) -> dict[str, Any]:
-    """The headline figures per run with the difference to the first (`across_runs.differences`),
+def comparison(shown: list[tuple[str, RunData]], runs: list[tuple[str, RunFigures]]) -> dict[str, Any]:
+    """The headline figures per run shown with the difference to the first (`across_runs.differences`),
     and each run against the first figure by figure, the rows of `python -m analysis compare`'s
-    verdicts (`loadlib.report.verdicts`)."""
-    labels = [label for label, _ in runs]
-    figures = pd.concat([headline_figures(run.df, run.slo).assign(run=label) for label, run in runs],
-                        ignore_index=True)
-    sides = [TargetRun(label, run.df, run.manifest, run.run_dir) for label, run in runs]
-    judged = verdicts_section(sides, [run.slo for _, run in runs], figures)
+    verdicts (`loadlib.report.verdicts`). The runs shown of one run of several servers are its
+    targets, judged once for its summary too (`RunFigures.verdicts`)."""
+    labels = [label for label, _ in shown]
+    figures, judged = (runs[0][1].verdicts(labels) if len(runs) == 1 else
+                       judge([TargetRun(label, data) for label, data in shown], [data.slo for _, data in shown]))
     differences = across_runs.differences(figures, labels[0])
     return {"figures": rows(differences[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]]),
             "verdicts": rows(judged.data), "equivalence_pct": verdicts.EQUIVALENCE_PCT}

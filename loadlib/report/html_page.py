@@ -16,16 +16,16 @@ import numpy as np
 import orjson
 
 from loadlib.report.html_data import page_data
-from loadlib.report.html_runs import RunInput, read_runs
+from loadlib.report.html_runs import RunInput
 
 REPORT_FILE = "report.html"
 SLOT = re.compile(r"\{\{(\w+)\}\}")
 
 
 def write_page(pairs: Sequence[tuple[str, RunInput]], out: str | Path) -> Path:
-    """Writes the page of the runs (label, `RunData` or run directory) to `out`; returns its path."""
+    """Writes the page of the runs (label, `RunFigures`, `RunData` or run directory) to `out`; returns its path."""
     path = Path(out)
-    path.write_text(render_page(page_data(read_runs(pairs))), encoding="utf-8")
+    path.write_text(render_page(page_data(pairs)), encoding="utf-8")
     return path
 
 

@@ -21,7 +21,7 @@ from loadlib.report import console
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line
-from loadlib.report.targets import split_sections
+from loadlib.report.run_figures import RunFigures
 
 
 def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any] | None = None,
@@ -32,8 +32,13 @@ def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any
 
 
 def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str | Path | None = None) -> Document:
-    """The summary as a document (no manifest block): the settings line, then its sections."""
-    run_dir = Path(run_dir) if run_dir is not None else None
-    split = split_sections(df, manifest, run_dir)  # an A/B run or a sweep: each server's, then the verdicts
-    sections = split[0] if split is not None else build_sections(RunData(df, manifest, run_dir))
-    return Document(settings_line(df, manifest), sections)
+    """The summary of a records frame as a document (no manifest block)."""
+    return run_summary(RunFigures(RunData(df, manifest, Path(run_dir) if run_dir is not None else None)))
+
+
+def run_summary(figures: RunFigures) -> Document:
+    """The summary as a document (no manifest block): the settings line, then its sections, from
+    figures other outputs of the run may share (the run's end writes report.html from the same)."""
+    split = figures.split_sections()  # an A/B run or a sweep: each server's, then the verdicts
+    sections = split[0] if split is not None else build_sections(figures.run)
+    return Document(settings_line(figures.run.df, figures.run.manifest), sections)

@@ -1,23 +1,20 @@
-"""A server-configuration sweep's sections: one row per configuration (`loadlib.figures.sweep`),
-the last log lines of those that did not serve, and the verdicts of each configuration against
-the first that served (`loadlib.report.verdicts`, as for runs side by side); and a chart of the
-table. It formats; the figures come computed.
+"""A server-configuration sweep's sections: one row per configuration (`loadlib.figures.sweep`) and
+the last log lines of those that did not serve (the verdicts of each configuration against the
+first that served follow, `loadlib.report.run_figures`); and a chart of the table. It formats;
+the figures come computed.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from loadlib.figures import sweep
-from loadlib.figures.goodput import GoodputSlo, goodput_slo
-from loadlib.figures.headline import headline_figures
+from loadlib.figures.goodput import GoodputSlo
 from loadlib.report import text
-from loadlib.report.document import Section, rows
-from loadlib.report.verdicts import verdicts_section
+from loadlib.report.document import Section
 from loadlib.sweep.launch import OK
 
 if TYPE_CHECKING:
@@ -26,24 +23,12 @@ if TYPE_CHECKING:
 LOG_LINES = 3  # of a configuration that did not serve, its log's last lines in the summary
 
 
-def sweep_sections(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: Path | None = None,
-                   slo: GoodputSlo | None = None) -> tuple[list[Section], dict[str, Any]]:
-    """The sweep's sections (table, logs of the configurations that did not serve, verdicts against
-    the first that did) and `report --json`'s `"sweep"` and `"verdicts"`. `manifest["sweep"]` lists
-    the configurations in the order run; `df` is the run's records frame, `target` = configuration."""
-    slo = slo or goodput_slo(manifest)
-    runs = sweep.config_runs(df, manifest.get("sweep") or [])
-    table = sweep.sweep_table(runs, slo, run_dir)
-    served = sweep.compared(runs)
-    found = [sweep_section(table, slo), logs_section(table)]
-    json: dict[str, Any] = {"sweep": sweep.sweep_rows(table)}
-    if len(served) > 1:
-        figures = pd.concat([headline_figures(run.records, slo).assign(run=run.label) for run in served],
-                            ignore_index=True)
-        judged = verdicts_section(served, [slo] * len(served), figures)
-        found.append(judged)
-        json["verdicts"] = rows(judged.data)
-    return found, json
+def sweep_sections(runs: Sequence[sweep.ConfigRun], slo: GoodputSlo) -> tuple[list[Section], dict[str, Any]]:
+    """The sweep's table and the logs of the configurations that did not serve, and `report
+    --json`'s `"sweep"`. `runs` are the configurations in the order run (`sweep.config_runs`),
+    their figures measured against `slo`."""
+    table = sweep.sweep_table(runs)
+    return [sweep_section(table, slo), logs_section(table)], {"sweep": sweep.sweep_rows(table)}
 
 
 def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import verdicts
+from loadlib.figures.headline import headline_figures
 from loadlib.report import text
 from loadlib.report.document import Section
 
@@ -21,6 +22,14 @@ class Side(Protocol):
 
     label: str
     records: pd.DataFrame
+
+
+def judge(runs: Sequence[Side], slos: Sequence[Any]) -> tuple[pd.DataFrame, Section]:
+    """The runs' headline figures (`headline_figures`, `run` = each one's label) and the verdicts of
+    each against the first (`verdicts_section`), `slos` setting each one's goodput targets."""
+    figures = pd.concat([headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)],
+                        ignore_index=True)
+    return figures, verdicts_section(runs, list(slos), figures)
 
 
 def verdicts_section(runs: Sequence[Side], slos: list[Any], figures: pd.DataFrame) -> Section:

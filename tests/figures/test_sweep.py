@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from loadlib.figures.goodput import DEFAULT_SLO
-from loadlib.figures.sweep import config_runs, pooled_accept_length, sweep_rows, sweep_table
+from loadlib.figures.sweep import pooled_accept_length, sweep_rows, sweep_table
 from loadlib.records import records_frame
-from loadlib.report.sweep import sweep_sections
+from loadlib.report.contents import RunData
+from loadlib.report.run_figures import RunFigures
 from tests.analysis.builders import build_record
 
 T0 = 1_700_000_000.0
@@ -41,12 +41,17 @@ def entry(label: str, status: str = "ok", **config) -> dict:
     return {"label": label, "config": config, "status": status, "log_tail": [f"{label} log"], "host": "", "pid": 1}
 
 
+def configs(df, entries: list[dict]):
+    """The configurations as the sweep's report reads them: the records split by server once."""
+    return RunFigures(RunData(df, {"sweep": entries})).configs
+
+
 def test_each_configuration_gets_its_own_figures_in_the_sweeps_order():
     df = records_frame(closed("draft=8", ttft=0.25, decode=200, chunks=20) + closed("draft=4", ttft=0.5, decode=100,
                                                                                       chunks=25))
-    runs = config_runs(df, [entry("draft=4", draft=4), entry("draft=8", draft=8),
-                            {**entry("draft=16", "exited", draft=16), "log_tail": ["error: bad block size"]}])
-    table = sweep_table(runs, DEFAULT_SLO).set_index("label")
+    runs = configs(df, [entry("draft=4", draft=4), entry("draft=8", draft=8),
+                        {**entry("draft=16", "exited", draft=16), "log_tail": ["error: bad block size"]}])
+    table = sweep_table(runs).set_index("label")
     assert list(table.index) == ["draft=4", "draft=8", "draft=16"]
     four, eight, sixteen = (table.loc[label] for label in table.index)
     assert (four["status"], four["config"], four["n"], four["failed"]) == ("ok", {"draft": 4}, 20, 0)
@@ -64,7 +69,7 @@ def test_each_configuration_gets_its_own_figures_in_the_sweeps_order():
 
 def test_a_label_with_records_but_no_entry_is_a_row_after_the_listed_ones():
     df = records_frame(closed("a", 0.5, 100, 25) + closed("b", 0.5, 100, 25))
-    assert [run.label for run in config_runs(df, [entry("b")])] == ["b", "a"]
+    assert [run.label for run in configs(df, [entry("b")])] == ["b", "a"]
 
 
 def test_capacity_is_the_searchs_best_level_with_the_req_per_s_delivered_there():
@@ -72,8 +77,8 @@ def test_capacity_is_the_searchs_best_level_with_the_req_per_s_delivered_there()
         closed("mrr=2", 0.5, 100, 25, cell="search-u2")
     search = {"variable": "users", "best": 2, "levels": [{"value": 1, "cells": ["search-u1"]},
                                                         {"value": 2, "cells": ["search-u2"]}]}
-    runs = config_runs(records_frame(records), [{**entry("mrr=2", mrr=2), "search": search}])
-    row = sweep_table(runs, DEFAULT_SLO).iloc[0]
+    runs = configs(records_frame(records), [{**entry("mrr=2", mrr=2), "search": search}])
+    row = sweep_table(runs).iloc[0]
     assert (row["capacity"], row["capacity_variable"]) == (2.0, "users")
     assert row["capacity_rps"] == pytest.approx(2 / 1.5, rel=0.15)  # two streams, one request each 1.5 s
 
@@ -87,8 +92,8 @@ def test_the_servers_accept_length_pools_cells_by_their_verify_steps():
 
 def test_the_json_rows_lead_with_config_label_and_status_and_hold_no_nan():
     df = records_frame(closed("draft=4", 0.5, 100, 25))
-    runs = config_runs(df, [entry("draft=4", draft=4), entry("draft=8", "unhealthy", draft=8)])
-    found = sweep_rows(sweep_table(runs, DEFAULT_SLO))
+    runs = configs(df, [entry("draft=4", draft=4), entry("draft=8", "unhealthy", draft=8)])
+    found = sweep_rows(sweep_table(runs))
     assert [list(row)[:3] for row in found] == [["config", "label", "status"]] * 2
     assert found[0]["config"] == {"draft": 4} and found[0]["decode_p50_tps"] == pytest.approx(100)
     assert found[1]["status"] == "unhealthy" and found[1]["decode_p50_tps"] is None
@@ -100,7 +105,7 @@ def test_verdicts_judge_each_configuration_that_served_against_the_first():
                + closed("mrr=4", 1.0, 100, 25, per_stream=30, sd=0.03, seed=2)
                + closed("mrr=2-again", 0.5, 100, 25, per_stream=30, sd=0.03, seed=3))
     manifest = {"sweep": [entry("mrr=2"), entry("mrr=3", "died"), entry("mrr=4"), entry("mrr=2-again")]}
-    sections, found = sweep_sections(records_frame(records), manifest)
+    sections, found = RunFigures(RunData(records_frame(records), manifest)).sweep
     assert [section.key for section in sections] == ["sweep", "sweep_logs", "verdicts"]
     verdicts = {(row["run_b"], row["figure"]): row for row in found["verdicts"]}
     assert {row["run_a"] for row in found["verdicts"]} == {"mrr=2"}

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from loadlib.records import records_frame
 from loadlib.report import console
+from loadlib.report.contents import RunData
 from loadlib.report.document import Document
-from loadlib.report.sweep import sweep_plot, sweep_sections
-from loadlib.figures.goodput import DEFAULT_SLO
-from loadlib.figures.sweep import config_runs, sweep_table
-from tests.figures.test_sweep import closed, entry
+from loadlib.report.run_figures import RunFigures
+from loadlib.report.sweep import sweep_plot
+from loadlib.figures.sweep import sweep_table
+from tests.figures.test_sweep import closed, configs, entry
 
 MANIFEST = {"sweep": [entry("draft=4,mrr=2", draft=4, mrr=2), entry("draft=8,mrr=2", draft=8, mrr=2),
                       {**entry("draft=16,mrr=2", "exited"), "log_tail": ["loading", "ValueError: block 16 > 8"]}]}
@@ -20,7 +21,7 @@ def records():
 
 
 def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve():
-    sections, _json = sweep_sections(records(), MANIFEST)
+    sections, _json = RunFigures(RunData(records(), MANIFEST)).sweep
     out = console.render(Document("uni-bench summary", sections))
     table = out.split("Server sweep")[1].split("\n\n")[0].splitlines()
     assert table[1].split() == ["configuration", "status", "n", "failed", "decode", "p50", "t/s", "all", "streams",
@@ -32,7 +33,7 @@ def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve()
 
 
 def test_the_chart_has_a_panel_per_figure_and_draws_to_a_file(tmp_path):
-    table = sweep_table(config_runs(records(), MANIFEST["sweep"]), DEFAULT_SLO)
+    table = sweep_table(configs(records(), MANIFEST["sweep"]))
     figure = sweep_plot(table)
     assert [ax.get_title() for ax in figure.axes] == ["decode t/s, all streams", "decode t/s per request (p50)",
                                                       "TTFT p50 (s)", "tok/chunk (client)"]
