@@ -16,10 +16,11 @@ from matplotlib.figure import Figure
 from analysis.rundir import Run
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures import sweep as sweep_figures
-from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.protocol_tables import ProtocolTables, cell_order
 from loadlib.modes import search as search_module
+from loadlib.report.contents import RunData
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
+from loadlib.report.run_figures import RunFigures
 from loadlib.report.sweep import sweep_plot
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
@@ -323,12 +324,10 @@ def search(run: Run) -> Figure | None:
 def sweep(run: Run) -> Figure | None:
     """A server sweep's chart (`loadlib.report.sweep.sweep_plot`) of its table of configurations,
     the figures the summary's sweep table gives; None for a run that is not a sweep."""
-    entries = run.manifest.get("sweep")
-    if not entries:
+    if not run.manifest.get("sweep"):
         return None
-    table = sweep_figures.sweep_table(sweep_figures.config_runs(run.records, entries), goodput_slo(run.manifest),
-                                      run.path)
-    return sweep_plot(table)
+    configs = RunFigures(RunData(run.records, run.manifest, run.path)).configs
+    return sweep_plot(sweep_figures.sweep_table(configs))
 
 
 def _shade_cells(df: pd.DataFrame, top, bottom) -> None:

@@ -11,7 +11,7 @@ from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line, summary_dict
-from loadlib.report.targets import split_sections
+from loadlib.report.run_figures import RunFigures
 from loadlib.report.validity import judged
 
 
@@ -20,7 +20,7 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
     an A/B run's or a sweep's has each server's figures, then the verdicts of each against the first."""
     data = RunData(run.records, run.manifest, run.path, goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps))
     found = {"search": run.manifest["search"]} if run.manifest.get("search") else {}  # the search's own result
-    split = split_sections(run.records, run.manifest, run.path, report=True, slo=data.slo)
+    split = RunFigures(data).split_sections(report=True)
     if split is not None:  # an A/B run or a sweep: each server's figures, then the verdicts
         sections, more = split
         found |= more
