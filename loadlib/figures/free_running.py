@@ -5,10 +5,12 @@ length, and with thinking the time to the first answer token after the reasoning
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.columns import distinct, isin
+from loadlib.figures.columns import coded, distinct, first_seen, isin
 from loadlib.figures.formulas import from_intended_send, meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO, SCHEDULED_CASES
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
@@ -70,7 +72,7 @@ def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
         if len(edges) < 2:
             continue
         buckets = len(edges) - 1
-        keys = codes[use] * buckets + np.searchsorted(edges, counts[use], "right") - 1
+        keys = codes[use] * buckets + _buckets(counts[use], edges)
         order = _stable_order(keys)
         keys, values = keys[order], values[use][order]
         starts = np.flatnonzero(np.diff(keys, prepend=-1))
@@ -84,6 +86,16 @@ def by_length_table(df: pd.DataFrame) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=BY_LENGTH_COLUMNS)
     return pd.concat(parts, ignore_index=True)[BY_LENGTH_COLUMNS]
+
+
+def _buckets(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Which bucket `[edges[i], edges[i + 1])` each count is in, all of them being within the edges
+    (`length_edges`): a comparison per inner edge, a few passes where a binary search per count
+    costs more than all of them."""
+    found = np.zeros(len(counts), dtype=np.intp)
+    for edge in edges[1:-1]:
+        found += counts >= edge
+    return found
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -120,13 +132,16 @@ def _cumulative_overlap(starts: np.ndarray, ends: np.ndarray, weights: np.ndarra
 
 
 def _decode_intervals(df: pd.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode tokens (comp - 1) of ok requests, spread evenly from first to last token."""
+    """Decode tokens (comp - 1) of ok requests, spread evenly from first to last token: each
+    request's first and last token (s from `origin`) and its rate between them (0 where they
+    coincide). Computed in place where it can be: a million-row cell's arrays are 8 MB each."""
     ok = df["ok"].to_numpy(dtype=bool)
-    start = df["first_token_at"].to_numpy()[ok] - origin
-    end = df["last_token_at"].to_numpy()[ok] - origin
+    start, end = df["first_token_at"].to_numpy()[ok], df["last_token_at"].to_numpy()[ok]
+    start -= origin
+    end -= origin
     span = end - start
-    rate = np.where(span > 0, (df["completion_tokens"].to_numpy()[ok] - 1) / np.where(span > 0, span, 1), 0.0)
-    return start, end, np.nan_to_num(rate)
+    rate = np.divide(df["completion_tokens"].to_numpy()[ok] - 1, span, out=np.zeros_like(span), where=span > 0)
+    return start, end, np.nan_to_num(rate, copy=False)
 
 
 def timeline(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
@@ -156,21 +171,38 @@ def steady_window(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[float, float
     """The steady part of a free-running run: from the first to the last moment the number of
     requests in flight is at or above its time-weighted median (this leaves out ramp-up and
     drain, whatever the load shape). Its requests are those sent within it (`steady_requests`)."""
-    # stable (timsort): a journal comes nearly in end order, which it sorts in close to one pass
-    events = np.concatenate([np.sort(sent_at, kind="stable"), np.sort(end_at, kind="stable")])
-    order = np.argsort(events, kind="stable")  # two sorted runs: merged in O(n)
-    events = events[order]
-    running = np.where(order < len(sent_at), 1, -1).cumsum()  # +1 a send, -1 an end
-    last = np.flatnonzero(np.append(events[1:] != events[:-1], True))  # each moment once, after all its events
-    # in flight from times[i] to times[i + 1]: sent by then minus ended by then
-    times, level = events[last], running[last]
+    times, level = _in_flight(sent_at, end_at)
     held = np.diff(times)
     if held.sum() <= 0:
         return float(times[0]), float(times[-1])
     time_at_level = np.cumsum(np.bincount(level[:-1], weights=held))
     median = int(np.searchsorted(time_at_level, time_at_level[-1] / 2))
-    at_or_above = np.flatnonzero(level[:-1] >= median)
-    return float(times[at_or_above[0]]), float(times[at_or_above[-1] + 1])
+    at_or_above = level[:-1] >= median
+    first, last = int(np.argmax(at_or_above)), len(at_or_above) - 1 - int(np.argmax(at_or_above[::-1]))
+    return float(times[first]), float(times[last + 1])
+
+
+# A million requests make two million events: `_in_flight` and `_merged` keep as few arrays of that
+# length alive at once as they can, counts in 32 bits and flags in 8, since fresh memory costs more
+# than the arithmetic on a small machine.
+
+
+def _in_flight(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each moment a request is sent or ends, once, and the requests in flight from it to the next
+    (sent by then minus ended by then)."""
+    events, sends = _merged(sent_at, end_at)
+    running = np.cumsum(np.where(sends, np.int8(1), np.int8(-1)), dtype=np.int32)
+    moments = np.append(events[1:] != events[:-1], True)  # each moment once, after all its events
+    return events[moments], running[moments]
+
+
+def _merged(sent_at: np.ndarray, end_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every send and end time in order, and which of them are sends."""
+    # stable (timsort): a journal comes nearly in end order, which it sorts in close to one pass
+    events = np.concatenate([np.sort(sent_at, kind="stable"), np.sort(end_at, kind="stable")])
+    sends = np.argsort(events, kind="stable") < len(sent_at)  # two sorted runs: merged in O(n)
+    events.sort(kind="stable")  # the same order, in place
+    return events, sends
 
 
 def steady_requests(sent: np.ndarray, start: float, stop: float) -> np.ndarray:
@@ -310,33 +342,37 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         pick = group["ok"].to_numpy(dtype=bool) & steady_requests(sent, start, stop)
-        samples = {name: RankedSample(values, PERCENTILES) for name, values in _steady_figures(group, pick).items()}
-        parts += [{"cell": cell, "figure": name, **dict(zip(PERCENTILE_COLUMNS[2:5], sample.percentiles())),
-                   "n": sample.n, **sample.uncertainty()}
-                  for name, sample in samples.items() if sample.n]
+        for name, values in _steady_figures(group, pick):
+            sample = RankedSample(values, PERCENTILES)
+            parts.append({"cell": cell, "figure": name, **dict(zip(PERCENTILE_COLUMNS[2:5], sample.percentiles())),
+                          "n": sample.n, **sample.uncertainty()})
     return pd.DataFrame(parts, columns=PERCENTILE_COLUMNS)
 
 
-def _steady_figures(group: pd.DataFrame, pick: np.ndarray) -> dict[str, np.ndarray]:
-    """The values (no NaN) of each of `STEADY_FIGURES` over the `pick`ed requests of a cell: the
-    latencies from the intended send only in a cell sent on a schedule, an optional figure only
-    where some request has it. Arrays, not a frame: a million-row cell is not copied, and each
-    figure's values are picked once."""
+def _steady_figures(group: pd.DataFrame, pick: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """Each of `STEADY_FIGURES` that has values (no NaN) over the `pick`ed requests of a cell, with
+    them: the latencies from the intended send only in a cell sent on a schedule, an optional
+    figure only where some request has it. One figure at a time, as arrays: a million-row cell is
+    neither copied whole nor held as ten copies of its columns at once."""
     scheduled = _scheduled(group)
-    column = {name: group[name].to_numpy(dtype="float64") for name in STEADY_FIGURES if name in group.columns}
-    if scheduled:
-        column["intended_ttft_s"] = from_intended_send(column["ttft_s"], column["queue_s"])
-        column["intended_total_s"] = from_intended_send(column["total_s"], column["queue_s"])
-    figures = {}
     for name in STEADY_FIGURES:
         if name in SCHEDULED_FIGURES and not scheduled:
             continue
-        values = column[name][pick & ~np.isnan(column[name])]
+        column = _steady_column(group, name)
+        values = column[pick & ~np.isnan(column)]
         present = bool((values > 0).any()) if name == "reasoning_tokens" else values.size > 0
         if name in STEADY_OPTIONAL and not present:
             continue
-        figures[name] = values
-    return figures
+        if values.size:
+            yield name, values
+
+
+def _steady_column(group: pd.DataFrame, name: str) -> np.ndarray:
+    """One of `STEADY_FIGURES` for every request of the cell (the intended-send latencies computed)."""
+    if name in ("intended_ttft_s", "intended_total_s"):
+        latency = group[name.removeprefix("intended_")].to_numpy(dtype="float64")
+        return from_intended_send(latency, group["queue_s"].to_numpy(dtype="float64"))
+    return group[name].to_numpy(dtype="float64")
 
 
 def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
@@ -345,16 +381,17 @@ def steady_cells(df: pd.DataFrame) -> list[SteadyCell]:
     free = ~isin(df["case"], (SINGLE, *CONCURRENT_CASES))
     if not free.any():
         return []
-    codes, names = pd.factorize(df["cell"])  # a categorical's own codes: no million strings made
-    return [steady_cell(str(names[code]), rows_where(df, free & (codes == code))) for code in pd.unique(codes[free])]
+    cells, names = coded(df["cell"])
+    in_order = cells[free][first_seen(cells[free])]
+    return [steady_cell(str(names[code]), rows_where(df, free & (cells == code))) for code in in_order]
 
 
 def rows_where(df: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     """The rows of `df` where `mask` holds: a slice (a view, nothing copied) when they are one
     run of rows, as a cell's are in a journal, else a copy of just the `STEADY_INPUTS` columns."""
-    rows = np.flatnonzero(mask)
-    if rows[-1] - rows[0] + 1 == rows.size:
-        return df.iloc[rows[0]:rows[-1] + 1]
+    first, last = int(np.argmax(mask)), len(mask) - 1 - int(np.argmax(mask[::-1]))
+    if last - first + 1 == np.count_nonzero(mask):
+        return df.iloc[first:last + 1]
     return df.loc[mask, STEADY_INPUTS]
 
 
@@ -362,8 +399,8 @@ def steady_cell(name: str, group: pd.DataFrame) -> SteadyCell:
     """One cell's records (`sent_at`, `end_at`, ...) with its first send (epoch s), its send and
     end times (s from that first send) and its steady window (`steady_window`)."""
     origin = float(group["sent_at"].min())
-    sent = (group["sent_at"] - origin).to_numpy(dtype=float)
-    end = (group["end_at"] - origin).to_numpy(dtype=float)
-    end = np.where(np.isnan(end), sent, end)  # a request that never ended held no stream
+    sent = group["sent_at"].to_numpy(dtype=float) - origin
+    end = group["end_at"].to_numpy(dtype=float) - origin
+    np.copyto(end, sent, where=np.isnan(end))  # a request that never ended held no stream
     return (name, group, origin, sent, end, *steady_window(sent, end))
 

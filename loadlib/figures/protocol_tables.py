@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.columns import isin
+from loadlib.figures.columns import coded, first_seen, isin
 from loadlib.figures.formulas import forward_rate
 from loadlib.figures.uncertainty import RankedSample, uncertainty_columns
 from loadlib.scenarios.base import SINGLE, round_cell_name
@@ -256,8 +256,9 @@ def cache_states(df: pd.DataFrame) -> np.ndarray:
     """
     observed, cached = df["cache_observed"], df["cached_tokens"].to_numpy()
     warm = (observed == "warm").to_numpy(dtype=bool, na_value=False)  # one text comparison: they are slow
-    fallback = np.where(np.isnan(cached), UNKNOWN, np.where(cached > 0, HIT, COLD))
-    return np.where(observed.notna().to_numpy(), np.where(warm, HIT, COLD), fallback)
+    cold, hit, unknown = (np.int8(code) for code in (COLD, HIT, UNKNOWN))  # a byte a request, not eight
+    fallback = np.where(np.isnan(cached), unknown, np.where(cached > 0, hit, cold))
+    return np.where(observed.notna().to_numpy(), np.where(warm, hit, cold), fallback)
 
 
 def prefill_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -320,8 +321,7 @@ def cell_order(df: pd.DataFrame) -> list[str]:
     """The run's cells in reading order, from each cell's `case` and `concurrency`: the single
     stream first, then concurrency cells by N with same before different (then by name, as in
     `concurrency_table`), then the free-running cells by name."""
-    cells = df.groupby("cell", sort=False, observed=True).agg(case=("case", "first"),
-                                                               concurrency=("concurrency", "first"))
+    cells = df[["cell", "case", "concurrency"]].iloc[first_seen(coded(df["cell"])[0])].set_index("cell")
 
     def key(row: Any) -> tuple[int, int, int, str]:
         if row.case == SINGLE:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlib.figures.columns import distinct, isin
+from loadlib.figures.columns import coded, distinct, first_seen, isin
 
 VALUES = ["single", "same", None, "closed", "same", "open"]
 
@@ -25,6 +25,15 @@ def test_a_column_answers_as_pandas_does(column):
     assert sorted(distinct(column[column != "open"])) == ["closed", "same", "single"]
 
 
+@pytest.mark.parametrize("dtype", ["category", "str"])
+def test_codes_come_in_the_order_their_values_first_appear(dtype):
+    column = pd.Series(["c8", "c8", "single", None, "c8", "c2", "c2", "single"], dtype=dtype)
+    found, values = coded(column)
+    assert [values[code] for code in found if code >= 0] == column.dropna().tolist()
+    assert first_seen(found).tolist() == [0, 2, 5]
+
+
 def test_an_empty_column_holds_nothing():
     empty = pd.Series([], dtype="category")
     assert distinct(empty) == [] and isin(empty, ["x"]).dtype == np.bool_
+    assert len(first_seen(coded(empty)[0])) == 0
