@@ -15,7 +15,7 @@ from analysis.formats import json as json_format
 from analysis.report import run_report
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.uncertainty import (RankedSample, enough_samples, percentile_interval, percentile_uncertainty,
-                                         rank_interval, samples_needed)
+                                         rank_interval, samples_needed, uncertainty_columns)
 from loadlib.records import records_frame
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record, build_run
@@ -113,6 +113,14 @@ def test_the_protocols_percentiles_keep_the_threads_values_and_gain_their_uncert
     row = honest.loc["single"]
     assert (row["p90_ci_low"], row["p99_ci_low"]) == (0.3, 0.5)
     assert (bool(row["p50_enough"]), bool(row["p90_enough"]), bool(row["p99_enough"])) == (True, False, False)
+
+
+def test_no_successful_request_leaves_the_ttft_tables_empty_with_their_columns():
+    df = records_frame([build_record(error="http_500", ttft_s=None, total_s=0.2)])
+    plain, honest = protocol_tables.ttft_percentiles(df), protocol_tables.ttft_percentiles_ci(df)
+    assert plain.empty and list(plain.columns) == ["p50", "p90", "p99", "n"]
+    assert honest.empty and list(honest.columns[4:]) == uncertainty_columns((0.5, 0.9, 0.99))
+    assert str(honest["p90_ci_low"].dtype) == "float64"
 
 
 def test_a_tail_percentile_on_too_few_samples_is_marked_with_a_footnote():
