@@ -18,6 +18,7 @@ from typing import Any
 import gevent
 from locust import stats as locust_stats
 from locust.env import Environment
+from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
@@ -121,7 +122,21 @@ class RunSession:
             self._watch_servers(config)
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), config.settings.model or "(from each server)")
-        gevent.spawn(self.driver.run_to_end)
+        gevent.spawn(self._play, self.driver)
+
+    def _play(self, driver: Driver) -> None:
+        """Plays the test's mode, then ends the test at once: the load shape would end it at its
+        next tick, up to a second later (a headless run ends when Locust's main greenlet sees the
+        shape's greenlet end)."""
+        driver.run_to_end()
+        runner = self.environment.runner
+        if driver is not self.driver or runner.shape_greenlet is None or runner.state not in (STATE_SPAWNING,
+                                                                                                STATE_RUNNING):
+            return  # another test, no load shape, or the test is ending already
+        if self.opts.headless:
+            runner.shape_greenlet.kill(block=False)
+        else:
+            runner.stop()
 
     def _refuse(self, problem: str) -> None:
         """A test that cannot start: one line, no run directory; a headless run exits 2."""
