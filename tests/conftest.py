@@ -141,15 +141,17 @@ def run_locust(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_together(commands: dict[Any, tuple[list[str], Path]], env: dict[str, str] | None = None,
+def run_together(commands: dict[Any, tuple[Any, ...]], env: dict[str, str] | None = None,
                  timeout: float = 240.0) -> dict[Any, subprocess.CompletedProcess[str]]:
-    """Runs several independent commands at once (name -> (command, cwd)), each to its end, and
-    returns what each printed, by name, with `.elapsed_s`, the seconds from its start to its end."""
+    """Runs several independent commands at once (name -> (command, cwd), or (command, cwd, its own
+    env)), each to its end, and returns what each printed, by name, with `.elapsed_s`, the seconds
+    from its start to its end."""
     started = {}
     try:
-        for name, (command, cwd) in commands.items():
+        for name, (command, cwd, *own_env) in commands.items():
             out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
-            proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+            proc = subprocess.Popen(command, cwd=cwd, env=own_env[0] if own_env else env, stdout=out, stderr=err,
+                                    text=True)
             started[name] = (proc, out, err, time.monotonic())
         deadline = time.monotonic() + timeout
         ended: dict[Any, float] = {}
@@ -176,13 +178,14 @@ def run_together(commands: dict[Any, tuple[list[str], Path]], env: dict[str, str
             err.close()
 
 
-def run_locust_together(runs: dict[Any, tuple[list[str], Path]], env: dict[str, str] | None = None,
+def run_locust_together(runs: dict[Any, tuple[Any, ...]], env: dict[str, str] | None = None,
                         timeout: float = 240.0) -> dict[Any, subprocess.CompletedProcess[str]]:
-    """Runs several independent `locust -f locustfiles/dflash.py ARGS` at once (name -> (ARGS, cwd)),
-    each to its end, and returns what each printed, by name: a run on the time-scaled simulator
-    mostly waits, so a module's runs take about as long together as the longest alone."""
-    return run_together({name: ([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args], cwd)
-                         for name, (args, cwd) in runs.items()}, env=env, timeout=timeout)
+    """Runs several independent `locust -f locustfiles/dflash.py ARGS` at once (name -> (ARGS, cwd),
+    or (ARGS, cwd, its own env)), each to its end, and returns what each printed, by name: a run on
+    the time-scaled simulator mostly waits, so a module's runs take about as long together as the
+    longest alone."""
+    return run_together({name: ([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args], *rest)
+                         for name, (args, *rest) in runs.items()}, env=env, timeout=timeout)
 
 
 @pytest.fixture

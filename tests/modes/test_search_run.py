@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import FAST_SIM, free_port, run_locust
+from tests.conftest import FAST_SIM, free_port, run_locust_together
 from tests.profile_runs import run_profile
 
 QUEUEING_SIM = f"{FAST_SIM} --max-running-requests 2"
@@ -119,19 +119,34 @@ def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(t
     assert "search_run.png" in plots.stdout and (tmp_path / "plots" / "search_run.png").stat().st_size > 10_000
 
 
-@pytest.mark.processes
-@pytest.mark.parametrize("table, needle", [
+BAD_TABLES = [  # the profile's [slo] (and [load]) tables, what the last stderr line must say
     ("[slo]\nttft_s = 1\nttft_pct = 90\n", "slo.ttft_pct: unknown key"),
     ("[slo]\nttft_p = 90\n", "slo: ttft_p needs ttft_s"),
     ("[slo]\nttft_s = 1\n", "slo: the search mode judges levels by ttft_p"),
     ('[slo]\nttft_s = 1\nttft_p = 90\n[load]\nmode = "search"\nvariable = "users"\nduration_s = 1\nmax_rate = 4\n',
      "load.max_rate: only for variable = \"rate\""),
-])
-def test_bad_search_or_slo_keys_stop_the_run_with_one_line_and_exit_code_2(tmp_path, table, needle):
-    load = '' if "[load]" in table else '[load]\nmode = "search"\nvariable = "users"\nduration_s = 1\n'
-    profile = tmp_path / "bad.toml"
-    profile.write_text(f"{load}{table}[scenarios.protocol]\n", encoding="utf-8")
-    result = run_locust(["--headless", "-u", "2", "--profile", str(profile)], cwd=tmp_path, timeout=60)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_table_runs(tmp_path_factory):
+    """A run of each bad profile, started together: needle -> (result, profile)."""
+    work = tmp_path_factory.mktemp("bad")
+    runs = {}
+    for table, needle in BAD_TABLES:
+        load = '' if "[load]" in table else '[load]\nmode = "search"\nvariable = "users"\nduration_s = 1\n'
+        cwd = work / f"case{len(runs)}"
+        cwd.mkdir()
+        (cwd / "bad.toml").write_text(f"{load}{table}[scenarios.protocol]\n", encoding="utf-8")
+        runs[needle] = (["--headless", "-u", "2", "--profile", str(cwd / "bad.toml")], cwd)
+    results = run_locust_together(runs, timeout=60)
+    return {needle: (results[needle], cwd / "bad.toml") for needle, (_args, cwd) in runs.items()}
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("needle", [needle for _table, needle in BAD_TABLES])
+def test_bad_search_or_slo_keys_stop_the_run_with_one_line_and_exit_code_2(bad_table_runs, needle):
+    result, profile = bad_table_runs[needle]
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {profile}: ") and needle in last

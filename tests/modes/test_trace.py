@@ -4,13 +4,12 @@ cache, the work split over worker processes, and bad traces stopped before any l
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import orjson
 import pytest
 
-from tests.conftest import LOCUSTFILE, free_port
+from tests.conftest import LOCUSTFILE, free_port, run_together
 from tests.profile_runs import run_profile
 
 PROFILE = """
@@ -105,34 +104,56 @@ def test_lines_longer_than_the_models_context_are_skipped_with_a_count(tmp_path)
     assert said in result.stderr and said in result.stdout
 
 
-@pytest.mark.processes
-@pytest.mark.parametrize("trace, needle", [
+BAD_TRACES = [  # a trace file, what the one error line must say
     ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 5, "input_length": 5, '
      '"output_length": 5}\n', "line 2: timestamp goes backwards"),
     ('{"timestamp": 10, "input_length": 5, "output_length": 5}\n{"timestamp": 20, "input_length": 5\n',
      "line 2: not JSON"),
     ('{"timestamp": 10, "input_length": 5}\n', "line 1: missing output_length"),
     ("timestamp_s,input_tokens,output_tokens\n0,ten,5\n", "line 2: timestamp_s, input_tokens, output_tokens must be numbers"),
-])
-def test_a_bad_trace_stops_before_any_load_with_one_line(tmp_path, trace, needle):
-    (tmp_path / "t.jsonl").write_text(trace, encoding="utf-8")
-    (tmp_path / "p.toml").write_text(PROFILE.format(trace="t.jsonl", speedup=1.0), encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
-                             "--profile", "p.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+]
+REFUSED_PROFILES = {  # what the profile does wrong -> what stderr must say
+    "a missing trace": "nope.jsonl: cannot read",
+    "scenarios beside a trace": "a trace brings its own prompts",
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """Each bad trace and each refused profile, started together; by its needle."""
+    work = tmp_path_factory.mktemp("refused")
+    profiles = {needle: (trace, PROFILE.format(trace="t.jsonl", speedup=1.0)) for trace, needle in BAD_TRACES}
+    profiles[REFUSED_PROFILES["a missing trace"]] = (None, PROFILE.format(trace="nope.jsonl", speedup=1.0))
+    profiles[REFUSED_PROFILES["scenarios beside a trace"]] = (
+        None, PROFILE.format(trace="mooncake.jsonl", speedup=1.0) + "[scenarios.vision]\n")
+    commands = {}
+    for needle, (trace, profile) in profiles.items():
+        cwd = work / f"case{len(commands)}"
+        cwd.mkdir()
+        if trace is not None:
+            (cwd / "t.jsonl").write_text(trace, encoding="utf-8")
+        elif "mooncake" in profile:
+            mooncake(cwd)
+        (cwd / "p.toml").write_text(profile, encoding="utf-8")
+        commands[needle] = ([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
+                             "--profile", "p.toml"], cwd)
+    return run_together(commands, timeout=60)
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("needle", [needle for _trace, needle in BAD_TRACES])
+def test_a_bad_trace_stops_before_any_load_with_one_line(refused, needle):
+    result = refused[needle]
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and needle in errors[0]
 
 
 @pytest.mark.processes
-def test_a_missing_trace_or_scenarios_beside_it_are_refused(tmp_path):
-    for text, needle in ((PROFILE.format(trace="nope.jsonl", speedup=1.0), "nope.jsonl: cannot read"),
-                         (PROFILE.format(trace=mooncake(tmp_path), speedup=1.0) + "[scenarios.vision]\n",
-                          "a trace brings its own prompts")):
-        (tmp_path / "p.toml").write_text(text, encoding="utf-8")
-        result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "1",
-                                 "--profile", "p.toml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+@pytest.mark.parametrize("needle", list(REFUSED_PROFILES.values()), ids=list(REFUSED_PROFILES))
+def test_a_missing_trace_or_scenarios_beside_it_are_refused(refused, needle):
+    result = refused[needle]
+    assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
 
 
 def test_plain_jsonl_traces_read_like_csv_ones(tmp_path):

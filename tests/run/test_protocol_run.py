@@ -13,7 +13,7 @@ import pytest
 from loadlib.figures import formulas, protocol_tables
 from loadlib.records import read_records, records_frame
 from loadlib.report.protocol import protocol_summary
-from tests.conftest import FAST_SIM, free_port, run_locust
+from tests.conftest import FAST_SIM, free_port, run_locust, run_locust_together
 
 BASE = ["--headless", "--rounds", "2", "--loglevel", "WARNING"]
 
@@ -115,15 +115,46 @@ def test_manifest_describes_the_run(protocol_run):
     assert manifest["protocol"]["thinking"] == "off"
 
 
-@pytest.mark.processes
-def test_two_processes_produce_one_complete_run(tmp_path):
+BAD_INPUTS = [  # arguments, what the last stderr line must name
+    (["--rounds", "0"], "--rounds"),
+    (["--concurrency", "2,x"], "--concurrency"),
+    (["--thinking", "maybe"], "--thinking"),
+    (["--scenarios", "code,poetry"], "--scenarios"),
+    (["--host", "gpu-box:8000"], "--host"),
+]
+SECRET = "sk-test-4b1d-never-written"
+
+
+@pytest.fixture(scope="module")
+def short_runs(tmp_path_factory):
+    """The module's short independent runs, started together (each test reads its own): two
+    processes, an unreachable host, an API key from the environment, and each bad input."""
+    work = tmp_path_factory.mktemp("short")
     port = str(free_port())  # not Locust's default *:5557, which other runs may hold
-    result = run_locust([*BASE, "-u", "4", "--processes", "2", "--concurrency", "2,4",
-                         "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port,
-                         "--scenarios", "code", "--run-dir", str(tmp_path / "r"),
-                         "--sim-args", FAST_SIM], cwd=tmp_path)
+    runs = {
+        "two processes": [*BASE, "-u", "4", "--processes", "2", "--concurrency", "2,4",
+                          "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port,
+                          "--scenarios", "code", "--sim-args", FAST_SIM],
+        "unreachable": [*BASE, "-u", "2", "--rounds", "1", "--host", "http://127.0.0.1:9", "--model", "m"],
+        "api key": [*BASE, "-u", "2", "--rounds", "1", "--scenarios", "code", "--concurrency", "2",
+                    "--sim-args", FAST_SIM, "--csv", "r/locust"],
+        **{needle: ["--headless", "-u", "1", *args] for args, needle in BAD_INPUTS},
+    }
+    refused = {needle for _args, needle in BAD_INPUTS}
+    commands = {}
+    for name, args in runs.items():
+        cwd = work / f"run{len(commands)}"
+        cwd.mkdir()
+        args = args if name in refused else [*args, "--run-dir", str(cwd / "r")]
+        commands[name] = (args, cwd, dict(os.environ, OPENAI_API_KEY=SECRET)) if name == "api key" else (args, cwd)
+    return {name: (result, commands[name][1] / "r") for name, result in run_locust_together(commands).items()}
+
+
+@pytest.mark.processes
+def test_two_processes_produce_one_complete_run(short_runs):
+    result, run_dir = short_runs["two processes"]
     assert result.returncode == 0, result.stderr[-3000:]
-    records = list(read_records(tmp_path / "r"))
+    records = list(read_records(run_dir))
     assert len(records) == 2 + 24
     assert all(r["error"] is None for r in records)
     assert {r["worker"] for r in records} == {0, 1}
@@ -131,45 +162,34 @@ def test_two_processes_produce_one_complete_run(tmp_path):
 
 
 @pytest.mark.processes
-def test_unreachable_host_gives_counted_failures_not_a_crash(tmp_path):
-    result = run_locust([*BASE, "-u", "2", "--rounds", "1", "--host", "http://127.0.0.1:9",
-                         "--model", "m", "--run-dir", str(tmp_path / "r")], cwd=tmp_path)
+def test_unreachable_host_gives_counted_failures_not_a_crash(short_runs):
+    result, run_dir = short_runs["unreachable"]
     assert result.returncode != 0 or "Traceback" not in result.stderr
     assert "Traceback" not in result.stderr
-    records = list(read_records(tmp_path / "r"))
+    records = list(read_records(run_dir))
     assert len(records) == 4 + 4
     assert {r["error"] for r in records} == {"connect to 127.0.0.1:9: connection refused"}
     assert "connection refused" in result.stdout
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("args, needle", [
-    (["--rounds", "0"], "--rounds"),
-    (["--concurrency", "2,x"], "--concurrency"),
-    (["--thinking", "maybe"], "--thinking"),
-    (["--scenarios", "code,poetry"], "--scenarios"),
-    (["--host", "gpu-box:8000"], "--host"),
-])
-def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, needle):
-    result = run_locust(["--headless", "-u", "1", *args], cwd=tmp_path, timeout=60)
+@pytest.mark.parametrize("needle", [needle for _args, needle in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_code_2(short_runs, needle):
+    result, _run_dir = short_runs[needle]
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert needle in result.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.processes
-def test_api_key_never_reaches_a_file(tmp_path):
-    secret = "sk-test-4b1d-never-written"
-    env = dict(os.environ, OPENAI_API_KEY=secret)
-    result = run_locust([*BASE, "-u", "2", "--rounds", "1", "--scenarios", "code", "--concurrency", "2",
-                         "--run-dir", str(tmp_path / "r"), "--sim-args", FAST_SIM, "--csv", str(tmp_path / "r" / "locust")],
-                        cwd=tmp_path, env=env)
+def test_api_key_never_reaches_a_file(short_runs):
+    result, run_dir = short_runs["api key"]
     assert result.returncode == 0, result.stderr[-2000:]
-    assert secret not in result.stdout and secret not in result.stderr
-    files = [p for p in (tmp_path / "r").rglob("*") if p.is_file()]
+    assert SECRET not in result.stdout and SECRET not in result.stderr
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert len(files) >= 4
     for path in files:
-        assert secret.encode() not in path.read_bytes(), path
+        assert SECRET.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.processes
