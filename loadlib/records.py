@@ -8,12 +8,17 @@ request that had finished.
 The journal has one reader as a table, `read_records_frame` (pyarrow's JSON reader, or the exact
 record-by-record reader that names a bad record's file and line); `records_frame` builds the same
 table from record dicts already in memory (the live run), and `read_records` yields the dicts.
+
+A run that ends also leaves the journal's columnar copy, `records.parquet`: the same records as a
+table, which reads in a fraction of the time and opens in pandas, DuckDB or Polars as it is. The
+journal stays the truth: the copy is read only while it matches the journal byte for byte.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
 import itertools
 import multiprocessing
 import os
@@ -31,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
+import pyarrow.parquet as pa_parquet
 
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
 
@@ -364,19 +370,62 @@ class SkippedLinesWarning(UserWarning):
     """The journal's last line was torn (the run was killed mid-write) and is left out."""
 
 
-def read_records_frame(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False) -> pd.DataFrame:
     """The `records_frame` of a run directory's journal (or of a records.jsonl itself).
 
-    Reading a million JSON lines is the slowest step of every command: pyarrow's JSON reader does
-    it (`_arrow_frame`); a journal it cannot take whole (a record of the wrong shape or types) is
-    read by `exact_frame`, which names the first bad line. The columns that every table groups by
-    are categorical, so that each is factorised once instead of once per table.
+    Reading a million JSON lines is the slowest step of every command: the journal's columnar copy
+    is read instead where it matches the journal (`_fresh_copy`); else pyarrow's JSON reader reads
+    the journal (`_arrow_table`), and `keep_copy` then writes the copy for the next reader (the run
+    does, at its end). A journal pyarrow cannot take whole (a record of the wrong shape or types)
+    is read by `exact_frame`, which names the first bad line. The columns that every table groups
+    by are categorical, so that each is factorised once instead of once per table.
 
     Only the last line may be unreadable (torn: the run was killed while writing it); it is left
     out with a `SkippedLinesWarning`. Any other line that is not a record raises `JournalError`."""
     path = _journal(Path(path))
-    fast = _arrow_frame(path)
-    return fast if fast is not None else exact_frame(path)
+    stop = _records_end(path)
+    if stop == 0:
+        return exact_frame(path)
+    stamp = _journal_stamp(path, stop)
+    table = _fresh_copy(path, stamp)
+    if table is None:
+        table = _arrow_table(path, stop)
+        if table is None:
+            return exact_frame(path)
+        if keep_copy:
+            _write_copy(path, stamp, table)
+    # One conversion of the whole table, a block per column: stacking the numbers into 2-D
+    # blocks would copy them all once more, and fresh memory is dear on this kind of machine.
+    frame = frame_from_columns(table.to_pandas(split_blocks=True, self_destruct=True,
+                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
+    _warn_if_torn(path, stop)
+    return frame
+
+
+def read_unmeasured_frame(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
+    """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
+    measured so that it keeps them; None without any. A journal holds few: its copy's row groups
+    without one are skipped, or else the journal's lines without one are left out before they are parsed."""
+    path = Path(run_dir) / RECORDS_FILE
+    if not path.is_file():
+        return None
+    stop = _records_end(path)
+    table = _fresh_copy(path, _journal_stamp(path, stop), filters=[("measured", "==", False)]) if stop else None
+    if table is not None:
+        if not table.num_rows:
+            return None
+        table = table.set_column(table.schema.get_field_index("measured"), "measured",
+                                 pa.array([True] * table.num_rows))
+        return frame_from_columns(table.to_pandas(types_mapper=_TEXT_MAPPER.get))
+    picked = []
+    with open(path, "rb") as journal:
+        for line in journal:
+            if b'"measured":false' in line or b'"measured": false' in line:
+                try:
+                    picked.append({**orjson.loads(line), "measured": True})
+                except orjson.JSONDecodeError:  # a torn last line: the reader of the records warns
+                    continue
+    return records_frame(picked) if picked else None
 
 
 def exact_frame(path: Path) -> pd.DataFrame:
@@ -402,28 +451,17 @@ def exact_frame(path: Path) -> pd.DataFrame:
     return frame
 
 
-def _arrow_frame(path: Path) -> pd.DataFrame | None:
-    """The journal read by pyarrow's multithreaded JSON reader (about twice as fast as parsing in
-    Python) when every line is a record of the expected types; None otherwise, and the exact
-    reader then reads it and names the first bad line. A torn last line is left out as there."""
-    stop = _records_end(path)
-    if stop == 0:
-        return None
+def _arrow_table(path: Path, stop: int) -> Any | None:
+    """The journal's records up to byte `stop` as the records' Arrow table, read by pyarrow's
+    multithreaded JSON reader (about twice as fast as parsing in Python), when every line is a
+    record of the expected types; None otherwise, and the exact reader then names the first bad line."""
     with pa.memory_map(str(path)) as mapped:
         try:
             table = pa_json.read_json(pa.BufferReader(mapped.read_buffer(stop)), read_options=_ARROW_READ,
                                       parse_options=_ARROW_PARSE, memory_pool=_ARROW_POOL)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
-    table = _record_table(table)
-    if table is None:
-        return None
-    # One conversion of the whole table, a block per column: stacking the numbers into 2-D
-    # blocks would copy them all once more, and fresh memory is dear on this kind of machine.
-    frame = frame_from_columns(table.to_pandas(split_blocks=True, self_destruct=True,
-                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
-    _warn_if_torn(path, stop)
-    return frame
+    return _record_table(table)
 
 
 def _record_table(table: Any) -> Any | None:
@@ -443,6 +481,61 @@ def _record_table(table: Any) -> Any | None:
             column = column.dictionary_encode()
         columns.append(column)
     return pa.table(columns, names=RECORD_COLUMNS)
+
+
+# --- the journal's columnar copy ---------------------------------------------------------------
+
+COPY_SUFFIX = ".parquet"  # records.jsonl -> records.parquet, beside it
+COPY_STAMP = b"uni_locust.journal"  # the copy's metadata key: which journal it copies (`_journal_stamp`)
+COPY_ROWS = 65_536  # rows per row group: a reader that wants few rows skips the groups without any
+STAMP_BYTES = 64 << 10  # the journal's head and tail hashed into its stamp
+
+
+def copy_path(journal: Path) -> Path:
+    """Where the columnar copy of `journal` is kept."""
+    return journal.with_suffix(COPY_SUFFIX)
+
+
+def _journal_stamp(path: Path, stop: int) -> bytes:
+    """What the copy must carry to stand for the journal: the table's layout, the journal's size,
+    where its records end, and a digest of its first and last 64 KB. A journal appended to, cut or
+    rewritten does not match; a run directory copied to another machine still does."""
+    size = path.stat().st_size
+    digest = hashlib.blake2b(",".join(RECORD_COLUMNS).encode(), digest_size=16)
+    with open(path, "rb") as journal:
+        digest.update(journal.read(STAMP_BYTES))
+        journal.seek(max(size - STAMP_BYTES, 0))
+        digest.update(journal.read())
+    return f"{size}:{stop}:{digest.hexdigest()}".encode()
+
+
+def _fresh_copy(path: Path, stamp: bytes, filters: list[tuple[str, str, Any]] | None = None) -> Any | None:
+    """The copy's table (its rows that pass `filters`) when it stands for the journal as it is now;
+    None when there is none, it is stale or it cannot be read (the journal is then read, as if
+    there were no copy)."""
+    copy = copy_path(path)
+    if not copy.is_file():
+        return None
+    try:
+        if (pa_parquet.read_schema(copy).metadata or {}).get(COPY_STAMP) != stamp:
+            return None
+        return pa_parquet.read_table(copy, filters=filters, memory_map=True)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _write_copy(path: Path, stamp: bytes, table: Any) -> None:
+    """Writes the copy whole or not at all (a reader never sees half of one); a copy that cannot
+    be written costs only speed, and says so."""
+    copy = copy_path(path)
+    partial = copy.with_name(f".{copy.name}.partial")
+    try:
+        pa_parquet.write_table(table.replace_schema_metadata({COPY_STAMP: stamp}), partial, compression="zstd",
+                               row_group_size=COPY_ROWS)
+        os.replace(partial, copy)
+    except (OSError, pa.ArrowException) as exc:
+        partial.unlink(missing_ok=True)
+        warnings.warn(f"{copy}: not written ({exc}); reports read {path.name} instead", stacklevel=3)
 
 
 TAIL_BYTES = 64 << 10  # read from the journal's end to find its last line (a record is ~600 bytes)

@@ -12,12 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import orjson
 import pandas as pd
 
 from loadlib.figures.free_running import SteadyCell
 from loadlib.figures.validity import CHECKS, Check, server_absence, validity_checks
-from loadlib.records import RECORDS_FILE, records_frame
+from loadlib.records import read_unmeasured_frame
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes
@@ -33,25 +32,8 @@ def run_checks(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[st
     requests) are given."""
     scrapes = list(read_scrapes(run_dir, server_figures.NAMES_READ)) if run_dir is not None else []
     return validity_checks(records, manifest, server_figures.server_cells(scrapes),
-                           server_absence(manifest, scrapes), steady_cells, unmeasured_frame(run_dir))
-
-
-def unmeasured_frame(run_dir: Path | None) -> pd.DataFrame | None:
-    """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
-    measured so that it keeps them; None without any. A journal holds few: their lines are picked
-    before they are parsed."""
-    path = None if run_dir is None else Path(run_dir) / RECORDS_FILE
-    if path is None or not path.is_file():
-        return None
-    picked = []
-    with open(path, "rb") as journal:
-        for line in journal:
-            if b'"measured":false' in line or b'"measured": false' in line:
-                try:
-                    picked.append({**orjson.loads(line), "measured": True})
-                except orjson.JSONDecodeError:  # a torn last line: the reader of the records warns
-                    continue
-    return records_frame(picked) if picked else None
+                           server_absence(manifest, scrapes), steady_cells,
+                           read_unmeasured_frame(run_dir) if run_dir is not None else None)
 
 
 def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:

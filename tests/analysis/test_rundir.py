@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tracemalloc
 import warnings
 
@@ -72,7 +73,7 @@ def test_a_journal_of_one_torn_line_has_no_records(write_run):
         assert len(read_records_frame(run_dir)) == 0
 
 
-@pytest.mark.parametrize("reader", ["_arrow_frame", "exact_frame"])
+@pytest.mark.parametrize("reader", ["read_records_frame", "exact_frame"])  # pyarrow's, record by record
 def test_both_readers_keep_a_torn_last_line_apart_from_an_error(write_run, protocol_records, reader):
     run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen')
     with pytest.warns(SkippedLinesWarning, match=r"torn last line \(line 15\)"):
@@ -164,11 +165,76 @@ def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records) + b'{"request_id": "torn", "sce')
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
-        fast = loadlib.records._arrow_frame(path)
+        fast = read_records_frame(path, keep_copy=True)
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
         exact = loadlib.records.exact_frame(path)
-    assert fast is not None and len(fast) == 39
+    assert len(fast) == 39
     pd.testing.assert_frame_equal(fast, exact, check_categorical=False)
+    with pytest.warns(SkippedLinesWarning, match="torn last line"):  # the copy stands for the journal whole
+        pd.testing.assert_frame_equal(_read_from_copy(path), exact, check_categorical=False)
+
+
+def _read_from_copy(path, **options):
+    """`read_records_frame`, failing if it reads the journal's lines instead of its copy."""
+    def no_journal(*args):
+        raise AssertionError("read the journal, not its copy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loadlib.records, "_arrow_table", no_journal)
+        patch.setattr(loadlib.records, "exact_frame", no_journal)
+        return read_records_frame(path, **options)
+
+
+def test_the_columnar_copy_is_read_while_it_matches_its_journal(write_run, protocol_records, tmp_path):
+    run_dir = write_run(protocol_records)
+    journal_frame = read_records_frame(run_dir, keep_copy=True)
+    assert (run_dir / "records.parquet").is_file() and not list(run_dir.glob(".*partial"))
+    pd.testing.assert_frame_equal(_read_from_copy(run_dir), journal_frame)
+    moved = tmp_path / "elsewhere"  # a run directory copied to another machine: new times, same bytes
+    shutil.copytree(run_dir, moved, copy_function=shutil.copy)
+    pd.testing.assert_frame_equal(_read_from_copy(moved), journal_frame)
+
+
+@pytest.mark.parametrize("change", ["appended", "cut", "rewritten", "copy damaged"])
+def test_a_copy_that_no_longer_matches_its_journal_is_not_read(write_run, protocol_records, change):
+    run_dir = write_run(protocol_records)
+    read_records_frame(run_dir, keep_copy=True)
+    journal, copy = run_dir / "records.jsonl", run_dir / "records.parquet"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    if change == "appended":
+        journal.write_bytes(b"".join(lines) + orjson.dumps({**protocol_records[0], "request_id": "late"}) + b"\n")
+    elif change == "cut":
+        journal.write_bytes(b"".join(lines[:-1]))
+    elif change == "rewritten":  # same size, one figure changed
+        rewritten = b"".join(lines).replace(b'"ttft_s":0.1,', b'"ttft_s":0.9,', 1)
+        assert rewritten != b"".join(lines) and len(rewritten) == journal.stat().st_size
+        journal.write_bytes(rewritten)
+    else:
+        copy.write_bytes(copy.read_bytes()[:100])
+    expected = loadlib.records.exact_frame(journal)
+    assert len(expected) == {"appended": 15, "cut": 13}.get(change, 14)
+    assert change != "rewritten" or expected["ttft_s"].max() == 0.9
+    pd.testing.assert_frame_equal(read_records_frame(run_dir), expected, check_categorical=False)
+
+
+def test_a_copy_that_cannot_be_written_costs_only_a_warning(write_run, protocol_records):
+    run_dir = write_run(protocol_records)
+    (run_dir / "records.parquet").mkdir()  # in the way of the copy
+    with pytest.warns(UserWarning, match=r"records.parquet: not written \(.*\); reports read records.jsonl instead"):
+        assert len(read_records_frame(run_dir, keep_copy=True)) == 14
+    assert not list(run_dir.glob(".*partial"))
+
+
+def test_unmeasured_requests_read_the_same_from_the_copy_and_the_journal(write_run, protocol_records):
+    records = [{**r, "measured": i not in (2, 9)} for i, r in enumerate(protocol_records)]
+    run_dir = write_run(records)
+    from_journal = loadlib.records.read_unmeasured_frame(run_dir)
+    read_records_frame(run_dir, keep_copy=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loadlib.records, "records_frame", lambda *a: pytest.fail("read the journal, not its copy"))
+        from_copy = loadlib.records.read_unmeasured_frame(run_dir)
+    assert from_journal["request_id"].tolist() == [records[2]["request_id"], records[9]["request_id"]]
+    pd.testing.assert_frame_equal(from_copy, from_journal, check_dtype=False, check_categorical=False)
+    assert loadlib.records.read_unmeasured_frame(write_run(protocol_records, name="all-measured")) is None
 
 
 def test_a_records_json_line_holds_about_its_own_length_in_memory():

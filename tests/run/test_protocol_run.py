@@ -8,10 +8,11 @@ import sys
 
 import orjson
 import pandas as pd
+import pyarrow.parquet
 import pytest
 
 from loadlib.figures import formulas, protocol_tables
-from loadlib.records import read_records, records_frame
+from loadlib.records import exact_frame, read_records, read_records_frame, records_frame
 from loadlib.report.protocol import protocol_summary
 from tests.conftest import FAST_SIM, free_port, run_locust, run_locust_together
 
@@ -103,6 +104,15 @@ def test_live_summary_equals_the_post_processors_report(protocol_run):
     cells = {(row["cell"], row["concurrency"], row["case"]) for row in as_json["concurrent"]}
     assert cells == {("c2-same", 2, "same"), ("c2-different", 2, "different"), ("c4-same", 4, "same"),
                      ("c4-different", 4, "different")}
+
+
+@pytest.mark.processes
+def test_the_run_leaves_its_journals_columnar_copy_for_the_report(protocol_run):
+    _result, run_dir, _trace = protocol_run
+    copy = pyarrow.parquet.read_table(run_dir / "records.parquet")
+    assert copy.num_rows == sum(1 for _ in read_records(run_dir)) and "measured" in copy.column_names
+    pd.testing.assert_frame_equal(read_records_frame(run_dir), exact_frame(run_dir / "records.jsonl"),
+                                  check_categorical=False)
 
 
 @pytest.mark.processes
