@@ -155,6 +155,10 @@ class Driver:
         """Whether the whole plan ran (the test may have been stopped before)."""
         return self.finished.is_set() and self.stopped is None
 
+    def cache_flushes(self) -> Counter[str]:
+        """The prefix-cache flushes this driver asked for, by outcome (for the manifest)."""
+        return Counter(self.flushes)
+
     def on_record(self, record: dict[str, Any]) -> None:
         callback = self._callbacks.pop(record["request_id"], None)
         if callback is not None:
@@ -252,7 +256,25 @@ class DriverOfDrivers(Driver):
     searches): what the run asks while one plays (its phase, the users it wants, its records, the
     end of the test) is that one's, `inner`. A subclass plays them and keeps what it adds."""
 
-    inner: Driver | None = None  # the driver playing now
+    def __init__(self, run: Coordination, users: int) -> None:
+        super().__init__(run, users)
+        self._inner: Driver | None = None
+        self._played: list[Driver] = []
+
+    @property
+    def inner(self) -> Driver | None:
+        """The driver playing now."""
+        return self._inner
+
+    @inner.setter
+    def inner(self, driver: Driver | None) -> None:
+        self._inner = driver
+        if driver is not None and not any(driver is played for played in self._played):
+            self._played.append(driver)
+
+    def cache_flushes(self) -> Counter[str]:
+        """Its own flushes and those of every driver it played (a sweep's configurations' modes)."""
+        return sum((driver.cache_flushes() for driver in self._played), super().cache_flushes())
 
     @property
     def phase(self) -> Phase:

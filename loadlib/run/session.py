@@ -216,7 +216,7 @@ class RunSession:
         if driver is not None and driver.stopped and not self.cut_short:
             self.cut_short = driver.stopped
         close_manifest(self.manifest, driver is not None and driver.plan_done(), self.cut_short, self.users.lost,
-                       self.users.selfwatch(), dict(driver.flushes) if driver is not None else {})
+                       self.users.selfwatch(), dict(driver.cache_flushes()) if driver is not None else {})
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
         if self.intake is not None:
             self.intake.close()

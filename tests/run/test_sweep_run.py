@@ -169,3 +169,33 @@ def test_a_capacity_search_per_configuration(tmp_path):
         cells = {r["cell"] for r in records if r["target"] == row["label"] and not r["error"]}
         assert {"search-u1", "search-u2"} <= cells, (row["label"], cells)
     assert "2 users (" in result.stdout  # the sweep table's capacity column
+
+
+FLUSHING_SWEEP = f"""
+[request]
+max_tokens = 8
+[load]
+mode = "rounds"
+rounds = 1
+[scenarios.long-context]
+sizes = [2000]
+[server]
+command = "{SIM}"
+ready_timeout_s = 20
+[server.grid]
+ts = [0.01, 0.02]
+"""
+
+
+@pytest.mark.processes
+def test_the_manifest_counts_the_cache_flushes_of_each_configurations_mode(tmp_path):
+    """The sweep flushes each server before its load; the long-context cells flush before each
+    request: the manifest counts both."""
+    (tmp_path / "flush.toml").write_text(FLUSHING_SWEEP)
+    result = run_locust(["--headless", "-u", "1", "--profile", str(tmp_path / "flush.toml"),
+                         "--run-dir", str(tmp_path / "r"), "--loglevel", "WARNING"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    cold = [r for r in read_records(tmp_path / "r") if r["measured"] and r["cache_intended"] == "cold"]
+    assert len(cold) == 2 and all(r["cached_tokens"] == 0 for r in cold)
+    assert manifest["cache_flushes"] == {"flushed": 2 + len(cold)}
