@@ -382,7 +382,11 @@ def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False)
 
     Only the last line may be unreadable (torn: the run was killed while writing it); it is left
     out with a `SkippedLinesWarning`. Any other line that is not a record raises `JournalError`."""
-    path = _journal(Path(path))
+    path = Path(path)
+    alone = _copy_alone(path)
+    if alone is not None:
+        return _table_frame(_read_copy_alone(alone))
+    path = _journal(path)
     stop = _records_end(path)
     if stop == 0:
         return exact_frame(path)
@@ -394,29 +398,39 @@ def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False)
             return exact_frame(path)
         if keep_copy:
             _write_copy(path, stamp, table)
-    # One conversion of the whole table, a block per column: stacking the numbers into 2-D
-    # blocks would copy them all once more, and fresh memory is dear on this kind of machine.
-    frame = frame_from_columns(table.to_pandas(split_blocks=True, self_destruct=True,
-                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
+    frame = _table_frame(table)
     _warn_if_torn(path, stop)
     return frame
+
+
+def _table_frame(table: Any) -> pd.DataFrame:
+    """The records frame of the records' Arrow table."""
+    # One conversion of the whole table, a block per column: stacking the numbers into 2-D
+    # blocks would copy them all once more, and fresh memory is dear on this kind of machine.
+    return frame_from_columns(table.to_pandas(split_blocks=True, self_destruct=True,
+                                              types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
 
 
 def read_unmeasured_frame(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
     """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
     measured so that it keeps them; None without any. A journal holds few: its copy's row groups
     without one are skipped, or else the journal's lines without one are left out before they are parsed."""
+    unmeasured = [("measured", "==", False)]
     path = Path(run_dir) / RECORDS_FILE
-    if not path.is_file():
+    alone = _copy_alone(Path(run_dir))
+    if alone is not None:
+        table = _read_copy_alone(alone, unmeasured)
+    elif not path.is_file():
         return None
-    stop = _records_end(path)
-    table = _fresh_copy(path, _journal_stamp(path, stop), filters=[("measured", "==", False)]) if stop else None
+    else:
+        stop = _records_end(path)
+        table = _fresh_copy(path, _journal_stamp(path, stop), unmeasured) if stop else None
     if table is not None:
         if not table.num_rows:
             return None
         table = table.set_column(table.schema.get_field_index("measured"), "measured",
                                  pa.array([True] * table.num_rows))
-        return frame_from_columns(table.to_pandas(types_mapper=_TEXT_MAPPER.get))
+        return _table_frame(table)
     picked = []
     with open(path, "rb") as journal:
         for line in journal:
@@ -486,6 +500,7 @@ def _record_table(table: Any) -> Any | None:
 # --- the journal's columnar copy ---------------------------------------------------------------
 
 COPY_SUFFIX = ".parquet"  # records.jsonl -> records.parquet, beside it
+JOURNAL_SUFFIX = ".jsonl"
 COPY_STAMP = b"uni_locust.journal"  # the copy's metadata key: which journal it copies (`_journal_stamp`)
 COPY_ROWS = 65_536  # rows per row group: a reader that wants few rows skips the groups without any
 STAMP_BYTES = 64 << 10  # the journal's head and tail hashed into its stamp
@@ -522,6 +537,28 @@ def _fresh_copy(path: Path, stamp: bytes, filters: list[tuple[str, str, Any]] | 
         return pa_parquet.read_table(copy, filters=filters, memory_map=True)
     except (OSError, pa.ArrowException):
         return None
+
+
+def _copy_alone(path: Path) -> Path | None:
+    """The columnar copy to read as the run's records when its journal is not there (a run shared
+    without it: a million records are ~40 MB of copy against ~600 MB of journal), given as the run
+    directory or the copy itself; None where there is a journal to read."""
+    given = path / RECORDS_FILE if path.is_dir() else path
+    copy = copy_path(given)
+    return copy if copy.is_file() and not copy.with_suffix(JOURNAL_SUFFIX).exists() else None
+
+
+def _read_copy_alone(copy: Path, filters: list[tuple[str, str, Any]] | None = None) -> Any:
+    """The records of a copy read without its journal; `JournalError` naming the file when it is
+    not one this version wrote or cannot be read."""
+    try:
+        table = pa_parquet.read_table(copy, filters=filters, memory_map=True)
+    except (OSError, pa.ArrowException) as exc:
+        raise JournalError(f"cannot read records {copy}: {str(exc).splitlines()[0]}") from None
+    if table.column_names != RECORD_COLUMNS:
+        raise JournalError(f"{copy}: not a records copy this version reads (its columns differ); "
+                           f"read its run's {RECORDS_FILE} instead")
+    return table
 
 
 def _write_copy(path: Path, stamp: bytes, table: Any) -> None:
@@ -661,9 +698,11 @@ def _line_start_near(path: Path, offset: int) -> int:
 
 
 def _journal(path: Path) -> Path:
+    """The journal of a run directory, or the journal given, or the one beside the copy given."""
     if not path.exists():
         raise JournalError(f"no such run directory: {path}")
-    journal = path / RECORDS_FILE if path.is_dir() else path
+    journal = path / RECORDS_FILE if path.is_dir() else path.with_suffix(JOURNAL_SUFFIX) \
+        if path.suffix == COPY_SUFFIX else path
     if not journal.is_file():
         raise JournalError(f"cannot read records {journal}: No such file or directory")
     return journal

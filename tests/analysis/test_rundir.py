@@ -250,3 +250,37 @@ def test_a_records_json_line_holds_about_its_own_length_in_memory():
         tracemalloc.stop()
     assert orjson.loads(lines[0])["request_id"] == records[0].request_id
     assert held < 2 * sum(len(line) for line in lines)
+
+
+def test_a_run_shared_as_its_columnar_copy_alone_is_read_from_it(write_run, protocol_records, tmp_path):
+    """A million records are ~40 MB of copy against ~600 MB of journal: a run may travel without
+    its journal, and every command reads it as before."""
+    records = [{**r, "measured": i != 3} for i, r in enumerate(protocol_records)]
+    run_dir = write_run(records, manifest={"tool": {"name": "uni-locust"}})
+    journal_frame = read_records_frame(run_dir, keep_copy=True)
+    unmeasured = loadlib.records.read_unmeasured_frame(run_dir)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name in ("records.parquet", "manifest.json"):
+        shutil.copy(run_dir / name, shared / name)
+    pd.testing.assert_frame_equal(read_records_frame(shared), journal_frame)
+    pd.testing.assert_frame_equal(read_records_frame(shared / "records.parquet"), journal_frame)
+    pd.testing.assert_frame_equal(loadlib.records.read_unmeasured_frame(shared), unmeasured,
+                                  check_dtype=False, check_categorical=False)
+    assert len(load_run(shared).records) == 13
+    pd.testing.assert_frame_equal(read_records_frame(run_dir / "records.parquet"), journal_frame)  # its journal's
+
+
+@pytest.mark.parametrize("copy, problem", [
+    (b"PAR1 not parquet", r"cannot read records .*records.parquet: "),
+    ("other columns", r"records.parquet: not a records copy this version reads \(its columns differ\)"),
+])
+def test_a_copy_alone_that_is_not_one_is_one_line_naming_it(tmp_path, copy, problem):
+    run_dir = tmp_path / "shared"
+    run_dir.mkdir()
+    if isinstance(copy, bytes):
+        (run_dir / "records.parquet").write_bytes(copy)
+    else:
+        pd.DataFrame({"request_id": ["a"], "ttft": [0.1]}).to_parquet(run_dir / "records.parquet")
+    with pytest.raises(RunDirError, match=problem):
+        load_run(run_dir)
