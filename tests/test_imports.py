@@ -21,9 +21,6 @@ IMPORTS = {"locustfile": f"import locust, runpy; runpy.run_path({str(LOCUSTFILE)
 PANDAS_ON_THE_LIVE_PATH = pytest.mark.xfail(
     strict=True, reason="loadlib.records (RequestRecord, the journal) and loadlib.modes.search_driver (the search "
                         "schema) import pandas and pyarrow at the top")
-PYDANTIC_IN_ANALYSIS = pytest.mark.xfail(
-    strict=True, reason="loadlib.report.contents imports loadlib.scenarios.longcontext and loadlib.sweep.launch "
-                        "imports the sweep's schema (pydantic)")
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +51,7 @@ def test_a_locustfile_loads_no_tables_and_no_report(loaded, package):
 
 @pytest.mark.processes
 @pytest.mark.parametrize("package", [
-    "gevent", "locust", "loadlib.wire.connection", "loadlib.modes.base", "loadlib.scenarios.registry",
-    pytest.param("pydantic", marks=PYDANTIC_IN_ANALYSIS)])
+    "gevent", "locust", "loadlib.wire.connection", "loadlib.modes.base", "loadlib.scenarios.registry", "pydantic"])
 def test_the_post_processor_loads_nothing_of_the_live_run(loaded, package):
     assert "loadlib.report.contents" in loaded["analysis"]
     assert _of(loaded["analysis"], package) == []

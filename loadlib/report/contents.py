@@ -27,7 +27,7 @@ from loadlib.report.document import Section
 from loadlib.report.lost_workers import lost_workers_section
 from loadlib.report.validity import checks_section, judged, run_checks
 from loadlib.report.search import search_section
-from loadlib.scenarios.longcontext import LONG_CONTEXT  # its scenarios are named after the kind
+from loadlib.scenarios.base import LONG_CONTEXT_KIND
 
 
 @dataclass
@@ -65,7 +65,7 @@ class RunData:
     @cached_property
     def long_context(self) -> bool:
         """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
-        return any(str(name).startswith(LONG_CONTEXT.name) for name in distinct(self.df["scenario"]))
+        return any(str(name).startswith(LONG_CONTEXT_KIND) for name in distinct(self.df["scenario"]))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 COLD, WARM, ANY = "cold", "warm", "any"  # intended cache states
+# The long-context kind, whose scenarios are named after it: the report tells a run that has them
+# by this name, without loading the kind's profile schema.
+LONG_CONTEXT_KIND = "long-context"
 
 
 @dataclass(frozen=True, slots=True)

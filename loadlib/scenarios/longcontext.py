@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from loadlib.scenarios.base import COLD, SINGLE, Cell, Job, Scenario, Send
+from loadlib.scenarios.base import COLD, LONG_CONTEXT_KIND, SINGLE, Cell, Job, Scenario, Send
 from loadlib.scenarios.corpus import work_items
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec
 
@@ -93,7 +93,7 @@ class Calibration:
 class LongContext(Scenario):
     """One target size; the sizes of a run share one filler and one calibration."""
 
-    kind = "long-context"
+    kind = LONG_CONTEXT_KIND
     cache = COLD
 
     def __init__(self, target_tokens: int, calibration: Calibration, filler: Filler,

@@ -280,3 +280,10 @@ def test_protocol_cells_keep_the_threads_prompts_and_order():
                                              "c4-different"]
     assert [cell.prompts for cell in cells[:3]] == [("code",), ("cn_essay",), ("code", "code")]
     assert cells[5].prompts == ("code", "code_b", "code_c", "code_d")
+
+
+def test_the_long_context_kind_is_named_as_the_report_looks_for_it():
+    from loadlib.scenarios.base import LONG_CONTEXT_KIND
+    from loadlib.scenarios.longcontext import LONG_CONTEXT, LongContext
+
+    assert LONG_CONTEXT.name == LongContext.kind == LONG_CONTEXT_KIND
