@@ -112,7 +112,7 @@ MANIFEST = {
 
 
 def _cpu_seconds() -> float:
-    """User + system time of this process and its finished children (the parsing workers)."""
+    """User + system time of this process (all its threads) and of its finished children."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -186,8 +186,7 @@ def main() -> None:
         records = load_run(run_dir).records
         aside.rename(copy_path(journal))
         print(f"a run killed before its end (no records.parquet): load {time.perf_counter() - started:.2f} s "
-              f"instead, CPU {_cpu_seconds() - cpu_started:.2f} s (this process and its forked journal reader) "
-              f"for {len(records):,} records")
+              f"instead (pyarrow's JSON reader), CPU {_cpu_seconds() - cpu_started:.2f} s for {len(records):,} records")
     finally:
         if not args.keep:
             shutil.rmtree(run_dir)
