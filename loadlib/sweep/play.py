@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from loadlib.modes.base import Coordination, DriverOfDrivers, LoadMode, Phase
+from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, Phase
 from loadlib.profiles import TargetSpec
+from loadlib.scenarios.base import Cell
 from loadlib.sweep.grid import ServerConfig, configurations
 from loadlib.sweep.launch import DIED, OK, RunningServer, launch, log_tail
 
@@ -48,7 +49,8 @@ class SweepDriver(DriverOfDrivers):
         self.rows: list[dict[str, Any]] = []
         self.server: RunningServer | None = None
         self.launching: ServerConfig | None = None  # a configuration whose server is starting
-        self._done_cells: list[Any] = []
+        self._done_cells: list[Cell] = []
+        self._playing: Driver | None = None  # the mode's driver of the configuration under load
         self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
         self._most_users = 0
 
@@ -74,20 +76,31 @@ class SweepDriver(DriverOfDrivers):
         started_at = self.run.serve(profile)
         self.flush_cache(config.label)
         self._found = {}
-        inner = self.inner = self.mode.driver(profile, self.users, started_at, replace(self.run, note=self._inner_note))
-        self.plan = [*self._done_cells, *inner.plan]
+        inner = self.inner = self._playing = self.mode.driver(profile, self.users, started_at,
+                                                              replace(self.run, note=self._inner_note))
         playing = gevent.spawn(inner.run_to_end)
         while not inner.finished.wait(WATCH_S):
             if not server.alive():
                 log.error("sweep: the server of %s died during its load; going on with the next", config.label)
                 playing.kill()
                 break
-        self._done_cells = list(self.plan)
+        self._done_cells, self._playing = self.plan, None
         server.stop()
         self.run.retire(config.label)
         if inner.stopped and server.status != DIED:
             self.stopped = inner.stopped
         self._note(server, inner.stopped)
+
+    @property
+    def plan(self) -> list[Cell]:
+        """The cells of the configurations played, then those the playing one's mode knows so far
+        (a capacity search adds its levels as it finds them)."""
+        playing = self._playing
+        return [*self._done_cells, *(playing.plan if playing is not None else ())]
+
+    @plan.setter
+    def plan(self, cells: list[Cell]) -> None:
+        self._done_cells = list(cells)
 
     def _inner_note(self, key: str, value: Any) -> None:
         """A configuration's finding: a search's result is that configuration's (its sweep row),
