@@ -11,21 +11,10 @@ the modes' schemas (pydantic) and drivers (gevent).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from loadlib.lazy import lazy_names
 
-_NAMES_BY_MODULE = {
+__all__, __getattr__ = lazy_names(__name__, {
     "base": ("Assignment", "Coordination", "Driver", "LoadMode", "ModeState", "Phase"),
     "own_users": ("OWN_USERS",),
     "registry": ("MODES", "mode_named", "mode_of"),
-}
-_MODULE_OF = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+})

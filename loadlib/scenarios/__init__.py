@@ -12,10 +12,9 @@ The names load on first use: the post-processor needs the cells' names, not ever
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from loadlib.lazy import lazy_names
 
-_NAMES_BY_MODULE = {
+__all__, __getattr__ = lazy_names(__name__, {
     "base": ("ANY", "COLD", "WARM", "Cell", "Job", "Scenario", "Send", "request_params"),
     "dataset": ("DATASET", "Dataset", "DatasetError", "dataset_scenario", "load_dataset"),
     "issues": ("DISTINCT_ISSUES", "DistinctIssues"),
@@ -29,14 +28,4 @@ _NAMES_BY_MODULE = {
     "synthetic": ("SYNTHETIC", "Lengths", "Synthetic"),
     "toolcall": ("TOOL_CALL", "ToolCall"),
     "vision": ("VISION", "Vision"),
-}
-_MODULE_OF = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+})
