@@ -21,12 +21,11 @@ from analysis import locust_csv
 from analysis.rundir import Run
 from loadlib.figures import across_runs
 from loadlib.figures.goodput import goodput_slo
-from loadlib.figures.headline import headline_figures
 from loadlib.figures.protocol_tables import scenario_order
 from loadlib.report import text
 from loadlib.report.document import Document, Section, flatten, rows
-from loadlib.report.protocol import MAX_TOKENS_LISTED, thinking_phrase
-from loadlib.report.verdicts import verdicts_section
+from loadlib.report.protocol import MAX_TOKENS_LISTED, max_tokens_phrase, thinking_phrase
+from loadlib.report.verdicts import judge
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
@@ -50,9 +49,8 @@ def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: fl
     Goodput targets not given come from each run's own profile."""
     labels = [run.label for run in runs]
     slos = [goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps) for run in runs]
-    figures = pd.concat([headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)],
-                        ignore_index=True)
-    differ, judged = conditions(runs), verdicts_section(runs, slos, figures)
+    figures, judged = judge(runs, slos)
+    differ = conditions(runs)
     return Document(
         f"Comparison of {len(runs)} runs, differences against {labels[0]}",  # the columns name them all
         [settings(runs), comparison(figures, labels), differ, judged, determinism(runs),
@@ -83,15 +81,6 @@ def settings(runs: list[Run]) -> Section:
     view[labels] = view[labels].map(lambda value: _shortened(value, cell_chars))
     return Section("settings", "Settings (long values shortened with …; --json and --csv keep them whole)",
                    data, view, keys=("setting",), left=tuple(data.columns))
-
-
-def max_tokens_phrase(max_tokens: pd.Series) -> str | None:
-    """The run's max_tokens: each value, or the range and count where lengths were drawn per
-    request (synthetic, dataset, trace), as the summary's settings line writes them."""
-    values = sorted(int(v) for v in max_tokens.dropna().unique())
-    if len(values) > MAX_TOKENS_LISTED:
-        return f"{values[0]}–{values[-1]} ({len(values)} values)"
-    return "/".join(map(str, values)) or None
 
 
 def _shortened(value: str, chars: int) -> str:

@@ -153,11 +153,9 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
         target = _target_phrase(target)
     parts += [f"{key} {value}" for key, value in (("model", manifest.get("model")),
                                                   ("targets" if manifest.get("targets") else "target", target)) if value]
-    max_tokens = sorted({int(value) for value in distinct(df["max_tokens"])})
-    if len(max_tokens) > MAX_TOKENS_LISTED:  # lengths drawn per request (synthetic, dataset, trace)
-        parts.append(f"max_tokens {max_tokens[0]}–{max_tokens[-1]} ({len(max_tokens)} values)")
-    elif max_tokens:
-        parts.append("max_tokens " + "/".join(map(str, max_tokens)))
+    max_tokens = max_tokens_phrase(df["max_tokens"])
+    if max_tokens:
+        parts.append(f"max_tokens {max_tokens}")
     parts.append("thinking " + thinking_phrase(df["thinking"].unique()))
     if any(case in PROTOCOL_CASES for case in cases):
         rounds = int(df.loc[isin(df["case"], PROTOCOL_CASES), "round"].max()) + 1
@@ -167,6 +165,17 @@ def settings_line(df: pd.DataFrame, manifest: Mapping[str, Any] | None) -> str:
     if cut:
         parts.append(f"CUT SHORT ({cut}): the figures cover only the requests that finished")
     return "uni-bench summary: " + ", ".join(parts)
+
+
+def max_tokens_phrase(max_tokens: pd.Series) -> str | None:
+    """The run's max_tokens, "512" or "512/1024", or their range and count ("16–2048 (71 values)")
+    where there are more than `MAX_TOKENS_LISTED` (lengths drawn per request: synthetic, dataset,
+    trace); None for none. One phrase for the settings line and compare's settings table, so that
+    the two say the same."""
+    values = sorted({int(value) for value in distinct(max_tokens)})
+    if len(values) > MAX_TOKENS_LISTED:
+        return f"{values[0]}–{values[-1]} ({len(values)} values)"
+    return "/".join(map(str, values)) or None
 
 
 def _target_phrase(target: Mapping[str, Any]) -> str:
