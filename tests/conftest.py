@@ -55,6 +55,14 @@ ttft_p = 90
 """
 
 
+def protocol_profile(mode: str, max_tokens: int, **load: float) -> str:
+    """A profile of the protocol's prompts under one load mode: `max_tokens`, then `[load]` with
+    `mode` and the keys given (`duration_s=60, jitter_s=0.1`). The tests' profiles of this shape
+    differ only in these values, which a call shows at a glance."""
+    keys = "".join(f"{key} = {value}\n" for key, value in load.items())
+    return f'[request]\nmax_tokens = {max_tokens}\n[load]\nmode = "{mode}"\n{keys}[scenarios.protocol]\n'
+
+
 @contextmanager
 def _processes_refused_unless_marked(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker("processes") is not None:

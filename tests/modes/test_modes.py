@@ -12,19 +12,10 @@ from loadlib.figures import free_running
 from loadlib.modes.ladder import ladder_levels
 from loadlib.modes.arrivals import arrival_offsets
 from loadlib.records import records_frame
-from tests.conftest import free_port
+from tests.conftest import free_port, protocol_profile
 from tests.profile_runs import max_in_flight, run_profile
 
-CLOSED = """
-[request]
-max_tokens = 32
-[load]
-mode = "closed"
-warmup_s = 0.5
-duration_s = 2
-jitter_s = 0.5
-[scenarios.protocol]
-"""
+CLOSED = protocol_profile("closed", 32, warmup_s=0.5, duration_s=2, jitter_s=0.5)
 
 
 @pytest.mark.processes
@@ -91,15 +82,7 @@ def test_open_mode_holds_the_arrival_rate_without_bursts(tmp_path):
 def test_open_mode_does_not_wait_for_responses_and_records_the_client_queue_apart(tmp_path):
     """One user and arrivals faster than the server answers: requests wait on the client, the
     wait is `queue_s`, and TTFT (from the send) does not include it."""
-    profile = """
-[request]
-max_tokens = 256
-[load]
-mode = "open"
-rate_rps = 10
-duration_s = 1
-[scenarios.protocol]
-"""
+    profile = protocol_profile("open", 256, rate_rps=10, duration_s=1)
     _result, df = run_profile(tmp_path, profile, 1, sim="--time-scale 0.2")
     run = df.sort_values("sent_at")
     assert len(run) == 10 and run["error"].isna().all()
@@ -107,15 +90,7 @@ duration_s = 1
     assert run["ttft_s"].max() < 0.2 < run["queue_s"].max()
 
 
-LADDER = """
-[request]
-max_tokens = 32
-[load]
-mode = "ladder"
-duration_s = 1.2
-jitter_s = 0.1
-[scenarios.protocol]
-"""
+LADDER = protocol_profile("ladder", 32, duration_s=1.2, jitter_s=0.1)
 
 
 @pytest.mark.processes

@@ -10,17 +10,9 @@ import orjson
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import FAST_SIM, run_locust
+from tests.conftest import FAST_SIM, protocol_profile, run_locust
 
-CLOSED = """
-[request]
-max_tokens = 16
-[load]
-mode = "closed"
-duration_s = 60
-jitter_s = 0.1
-[scenarios.protocol]
-"""
+CLOSED = protocol_profile("closed", 16, duration_s=60, jitter_s=0.1)
 
 
 @pytest.mark.processes

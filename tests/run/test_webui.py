@@ -24,7 +24,7 @@ import pytest
 from loadlib.figures import protocol_tables
 from loadlib.records import read_records, records_frame
 from loadlib.report import text
-from tests.conftest import LOCUSTFILE, REPO, free_port
+from tests.conftest import LOCUSTFILE, REPO, free_port, protocol_profile
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
 CHROMIUM = shutil.which("chromium") or ""
@@ -189,15 +189,7 @@ def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(w
         page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
 
 
-CLOSED = """
-[request]
-max_tokens = 48
-[load]
-mode = "closed"
-duration_s = 60
-jitter_s = 0.2
-[scenarios.protocol]
-"""
+CLOSED = protocol_profile("closed", 48, duration_s=60, jitter_s=0.2)
 
 
 @pytest.mark.processes
@@ -261,15 +253,7 @@ def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
         assert answer["message"].startswith("Edit cannot change the streams of a rounds run: its plan fixes them")
 
 
-LONG_ANSWERS = """
-[request]
-max_tokens = 4000
-[load]
-mode = "closed"
-duration_s = 60
-jitter_s = 0.1
-[scenarios.protocol]
-"""
+LONG_ANSWERS = protocol_profile("closed", 4000, duration_s=60, jitter_s=0.1)
 
 
 @pytest.mark.processes
