@@ -10,12 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import LOCUSTFILE, TINY_ROUNDS, TINY_SEARCH, run_locust
+from tests.conftest import LOCUSTFILE, TINY_ROUNDS, TINY_SEARCH, free_port, run_locust
 
 SIM = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale {ts}"
 SWEEP = TINY_ROUNDS + f"""
@@ -155,20 +156,40 @@ mrr = [1, 2]
 
 
 @pytest.mark.processes
-def test_a_capacity_search_per_configuration(tmp_path):
+def test_a_capacity_search_per_configuration_and_the_web_ui_counts_its_levels(tmp_path):
+    """Each configuration its own search; the web UI (the run started by --autostart) ends counting
+    every level of both searches as a cell, as the search found them."""
     (tmp_path / "search.toml").write_text(SEARCH_SWEEP)
-    result = run_locust(["--headless", "-u", "2", "--profile", str(tmp_path / "search.toml"),
-                         "--run-dir", str(tmp_path / "r"), "--loglevel", "WARNING"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = json.loads((tmp_path / "r" / "manifest.json").read_text())["sweep"]
+    port, run_dir = free_port(), tmp_path / "r"
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--autostart", "--autoquit", "3", "-u", "2",
+               "--profile", str(tmp_path / "search.toml"), "--web-host", "127.0.0.1", "--web-port", str(port),
+               "--run-dir", str(run_dir), "--loglevel", "WARNING"]
+    tool = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "summary.txt").exists():
+            assert tool.poll() is None and time.monotonic() < deadline, tool.stderr.read()[-3000:]
+            time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/uni/figures.json", timeout=10) as reply:
+            view = json.load(reply)
+        stdout, stderr = tool.communicate(timeout=60)
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+    assert tool.returncode == 0, stderr[-3000:]
+    rows = json.loads((run_dir / "manifest.json").read_text())["sweep"]
     assert [row["label"] for row in rows] == ["ts=0.05,mrr=1", "ts=0.05,mrr=2"]
     for row in rows:  # each its own search, both levels measured on its own server (a loose SLO: both hold)
         assert row["status"] == "ok" and row["search"]["best"] == 2, row.get("search")
-    records = [r for r in read_records(tmp_path / "r") if r["measured"]]
+    records = [r for r in read_records(run_dir) if r["measured"]]
     for row in rows:
         cells = {r["cell"] for r in records if r["target"] == row["label"] and not r["error"]}
         assert {"search-u1", "search-u2"} <= cells, (row["label"], cells)
-    assert "2 users (" in result.stdout  # the sweep table's capacity column
+    assert "2 users (" in stdout  # the sweep table's capacity column
+    levels = sum(len(row["search"]["levels"]) for row in rows)
+    assert view["phase"].startswith(f"Finished: all {levels} cells done"), view["phase"]
+    assert len(view["rows"]) == levels
 
 
 FLUSHING_SWEEP = f"""
