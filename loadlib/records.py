@@ -11,7 +11,7 @@ table from record dicts already in memory (the live run), and `read_records` yie
 
 A run that ends also leaves the journal's columnar copy, `records.parquet`: the same records as a
 table, which reads in a fraction of the time and opens in pandas, DuckDB or Polars as it is. The
-journal stays the truth: the copy is read only while it matches the journal byte for byte.
+journal stays the truth: the copy is read only while it matches the journal (`_journal_stamp`).
 """
 
 from __future__ import annotations
@@ -513,8 +513,8 @@ def copy_path(journal: Path) -> Path:
 
 def _journal_stamp(path: Path, stop: int) -> bytes:
     """What the copy must carry to stand for the journal: the table's layout, the journal's size,
-    where its records end, and a digest of its first and last 64 KB. A journal appended to, cut or
-    rewritten does not match; a run directory copied to another machine still does."""
+    where its records end, and a digest of its first and last 64 KB. A journal appended to, cut, or
+    edited in its first or last 64 KB does not match; a run directory copied to another machine still does."""
     size = path.stat().st_size
     digest = hashlib.blake2b(",".join(RECORD_COLUMNS).encode(), digest_size=16)
     with open(path, "rb") as journal:
