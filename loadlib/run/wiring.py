@@ -16,6 +16,7 @@ which may run the profile's scenarios' users instead. Any other locustfile runs 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -44,6 +45,7 @@ from loadlib.run.workers import FINAL_BATCHES_WAIT_S, SELFWATCH_KEY, WorkerUsers
 if TYPE_CHECKING:
     from loadlib.run.session import RunSession
 
+log = logging.getLogger("uni-bench")
 _installed = False
 _SESSIONS: "weakref.WeakKeyDictionary[Environment, RunSession]" = weakref.WeakKeyDictionary()
 
@@ -132,9 +134,21 @@ def _checked_inputs(opts: Any, plays_load_modes: bool) -> Any:
 
 def _sigterm_like_ctrl_c() -> None:
     """SIGTERM ends a headless shape run as Ctrl-C does (summary written, simulator stopped):
-    Locust installs its own SIGTERM handler only after a headless shape test has ended."""
+    Locust installs its own SIGTERM handler only after a headless shape test has ended. A SIGTERM
+    that comes while the first one's end is under way (`timeout` and a supervisor may both send
+    one) lets that end finish instead of interrupting it with a traceback and no summary."""
     main = gevent.getcurrent()
-    gevent.signal_handler(signal.SIGTERM, lambda: gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt))
+    ending = False
+
+    def on_sigterm() -> None:
+        nonlocal ending
+        if ending:
+            log.info("SIGTERM again: the run is already ending (writing its summary)")
+            return
+        ending = True
+        gevent.get_hub().loop.run_callback(main.throw, KeyboardInterrupt)
+
+    gevent.signal_handler(signal.SIGTERM, on_sigterm)
 
 
 def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun) -> None:
