@@ -1,4 +1,4 @@
-"""What a run directory is: its records (read by `loadlib.records.read_records_frame`), its
+"""What a run directory is: its records (read by `loadlib.record_table.read_records_frame`), its
 manifest, and Locust's own CSV files beside them, under a label.
 
 Reading is strict where the input is wrong: a missing journal, a line in it that is not a record
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.locust_csv import LocustCsv, read_locust_csv
-from loadlib.records import JournalError, read_records_frame
+from loadlib.record_table import JournalError, read_records_frame
 from loadlib.report.targets import split_targets
 
 MANIFEST_FILE = "manifest.json"

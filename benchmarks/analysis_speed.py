@@ -32,7 +32,7 @@ import pandas as pd
 from analysis.formats import json
 from analysis.report import run_report
 from analysis.rundir import load_run
-from loadlib.records import copy_path
+from loadlib.record_table import copy_path
 from loadlib.report import console
 from loadlib.run.manifest import write_manifest
 from loadlib.run.summary_files import write_summary

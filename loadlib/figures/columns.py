@@ -3,7 +3,7 @@ which rows hold one of some values (`isin`), which values it holds (`distinct`),
 small integer codes (`coded`), where each first appears (`first_seen`).
 
 The columns that tables group and select by (cell, case, scenario) are categorical in a journal
-read back (`loadlib.records.read_records_frame`); pandas' own `isin`, `unique` and `factorize`
+read back (`loadlib.record_table.read_records_frame`); pandas' own `isin`, `unique` and `factorize`
 hash all their rows every time (`unique` with a hash table as long as the column), where a
 categorical's small integer codes answer the question directly.
 """

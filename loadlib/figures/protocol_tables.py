@@ -1,4 +1,4 @@
-"""The protocol's tables, from the DataFrame of records (`loadlib.records.records_frame`).
+"""The protocol's tables, from the DataFrame of records (`loadlib.record_table.records_frame`).
 
 Validity is decided once, by the client: a request that has no first token, no usage, or
 `completion_tokens <= 1` carries an `error`, and only records without one enter the figures.

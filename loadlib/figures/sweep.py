@@ -33,7 +33,7 @@ import pandas as pd
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.uncertainty import percentile_uncertainty
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.sweep.launch import OK
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes

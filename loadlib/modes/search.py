@@ -67,7 +67,7 @@ class Judgement:
 
 
 def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
-    """Judges one level from its records (`loadlib.records.records_frame` rows: `ok`, `ttft_s`,
+    """Judges one level from its records (`loadlib.record_table.records_frame` rows: `ok`, `ttft_s`,
     `decode_tps`) against the SLO's criteria (see the module docstring)."""
     ok = frame["ok"].to_numpy(dtype=bool)
     ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)

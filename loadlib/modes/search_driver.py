@@ -22,7 +22,7 @@ from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, 
 from loadlib.figures.capacity import level_seed
 from loadlib.modes.search import Search, judge
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
 from loadlib.scenarios.spec import Strict

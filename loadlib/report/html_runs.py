@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Sequence, Union
 
-from loadlib.records import read_records_frame
+from loadlib.record_table import read_records_frame
 from loadlib.report.contents import RunData
 from loadlib.report.run_figures import RunFigures
 

@@ -15,7 +15,7 @@ from loadlib.figures import protocol_tables
 from loadlib.figures.columns import distinct, isin
 from loadlib.figures.protocol_tables import PERCENTILES, ProtocolTables
 from loadlib.figures.uncertainty import uncertainty_columns
-from loadlib.records import THINKING_MODES, records_frame
+from loadlib.record_table import THINKING_MODES, records_frame
 from loadlib.report import sections, text
 from loadlib.report.document import Section, rows
 from loadlib.scenarios.base import SINGLE

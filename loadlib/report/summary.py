@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report import console
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document

@@ -16,7 +16,7 @@ import pandas as pd
 
 from loadlib.figures.free_running import SteadyCell
 from loadlib.figures.validity import CHECKS, Check, server_absence, validity_checks
-from loadlib.records import read_unmeasured_frame
+from loadlib.record_table import read_unmeasured_frame
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadlib.records import JournalError, read_records, read_records_frame, records_frame
+from loadlib.record_table import JournalError, read_records_frame, records_frame
+from loadlib.records import read_records
 from loadlib.run import llmstats
 
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.modes import Phase
 from loadlib.modes.own_users import OWN_CASE  # the phase and case of a locustfile's own users
-from loadlib.records import RECORDS_FILE, RequestRecord, read_records, records_frame
+from loadlib.record_table import records_frame
+from loadlib.records import RECORDS_FILE, RequestRecord, read_records
 from loadlib.report import text
 from loadlib.report.html_page import REPORT_FILE
 from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase

@@ -171,7 +171,7 @@ class ServerWatch:
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
             return
-        from loadlib.records import records_frame  # tables (pandas): workers import this module for its options
+        from loadlib.record_table import records_frame  # tables (pandas): workers import this module for its options
         from loadlib.truth import server_figures
 
         records = records_frame(self.cell_records(tag["cell"]))

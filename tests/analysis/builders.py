@@ -8,7 +8,7 @@ from typing import Any
 
 from analysis.locust_csv import LocustCsv
 from analysis.rundir import Run
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 
 _ids = itertools.count()
 

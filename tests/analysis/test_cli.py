@@ -136,24 +136,24 @@ def test_a_record_of_the_wrong_shape_or_types_is_one_line_naming_file_and_line_w
 def test_the_first_bad_line_in_the_second_half_of_a_large_journal_is_named(write_run, protocol_records,
                                                                            monkeypatch, first_two, problem):
     """Large journals are read in two halves at once (a forked process reads the second)."""
-    from loadlib import records
+    from loadlib import record_table
 
     run_dir = write_run(protocol_records * 20)
     journal = run_dir / "records.jsonl"
     lines = journal.read_bytes().splitlines()
     journal.write_bytes(b"\n".join([*lines[:250], b"", *first_two, *lines[250:]]) + b"\n")
-    monkeypatch.setattr(records, "PARALLEL_BYTES", 1000)
-    with pytest.raises(records.JournalError, match=rf"records.jsonl: line 252: {problem}$"):
-        records.read_records_frame(run_dir)
+    monkeypatch.setattr(record_table, "PARALLEL_BYTES", 1000)
+    with pytest.raises(record_table.JournalError, match=rf"records.jsonl: line 252: {problem}$"):
+        record_table.read_records_frame(run_dir)
 
 
 def test_a_torn_last_line_of_a_large_journal_is_named_by_its_line(write_run, protocol_records, monkeypatch):
-    from loadlib import records
+    from loadlib import record_table
 
     run_dir = write_run(protocol_records * 20, tail=b'{"request_id": "x", "scen')
-    monkeypatch.setattr(records, "PARALLEL_BYTES", 1000)
-    with pytest.warns(records.SkippedLinesWarning, match=r"skipped a torn last line \(line 281\)"):
-        assert len(records.exact_frame(run_dir / "records.jsonl")) == 280
+    monkeypatch.setattr(record_table, "PARALLEL_BYTES", 1000)
+    with pytest.warns(record_table.SkippedLinesWarning, match=r"skipped a torn last line \(line 281\)"):
+        assert len(record_table.exact_frame(run_dir / "records.jsonl")) == 280
 
 
 def test_runs_killed_before_their_first_record_compare_without_a_traceback(write_run, capsys):

@@ -10,12 +10,12 @@ import orjson
 import pytest
 
 from analysis.__main__ import main
+from loadlib.record_table import records_frame
 from loadlib.report.contents import RunData
 from loadlib.report.html_charts import MAX_POINTS
 from loadlib.report.html_data import page_data
 from loadlib.report.html_page import render_page, write_page
 from loadlib.report.html_runs import as_runs
-from loadlib.records import records_frame
 from tests.analysis.builders import build_record, free_running_records, protocol_run
 from tests.figures.test_sweep import closed, entry
 

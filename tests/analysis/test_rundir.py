@@ -10,9 +10,10 @@ import orjson
 import pandas as pd
 import pytest
 
-import loadlib.records
+import loadlib.record_table
 from analysis.rundir import RunDirError, load_run
-from loadlib.records import JournalError, RequestRecord, SkippedLinesWarning, read_records_frame
+from loadlib.record_table import JournalError, SkippedLinesWarning, read_records_frame
+from loadlib.records import RequestRecord
 from tests.analysis.builders import build_record
 
 
@@ -77,13 +78,13 @@ def test_a_journal_of_one_torn_line_has_no_records(write_run):
 def test_both_readers_keep_a_torn_last_line_apart_from_an_error(write_run, protocol_records, reader):
     run_dir = write_run(protocol_records, tail=b'{"request_id": "x", "scen')
     with pytest.warns(SkippedLinesWarning, match=r"torn last line \(line 15\)"):
-        assert len(getattr(loadlib.records, reader)(run_dir / "records.jsonl")) == 14
+        assert len(getattr(loadlib.record_table, reader)(run_dir / "records.jsonl")) == 14
 
 
 def test_lines_split_across_read_blocks_are_joined(write_run, protocol_records, monkeypatch):
     run_dir = write_run(protocol_records)
     whole = read_records_frame(run_dir)
-    monkeypatch.setattr(loadlib.records, "BLOCK_BYTES", 100)  # every record spans several blocks
+    monkeypatch.setattr(loadlib.record_table, "BLOCK_BYTES", 100)  # every record spans several blocks
     assert read_records_frame(run_dir).equals(whole)
 
 
@@ -167,7 +168,7 @@ def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
         fast = read_records_frame(path, keep_copy=True)
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
-        exact = loadlib.records.exact_frame(path)
+        exact = loadlib.record_table.exact_frame(path)
     assert len(fast) == 39
     pd.testing.assert_frame_equal(fast, exact, check_categorical=False)
     with pytest.warns(SkippedLinesWarning, match="torn last line"):  # the copy stands for the journal whole
@@ -179,8 +180,8 @@ def _read_from_copy(path, **options):
     def no_journal(*args):
         raise AssertionError("read the journal, not its copy")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loadlib.records, "_arrow_table", no_journal)
-        patch.setattr(loadlib.records, "exact_frame", no_journal)
+        patch.setattr(loadlib.record_table, "_arrow_table", no_journal)
+        patch.setattr(loadlib.record_table, "exact_frame", no_journal)
         return read_records_frame(path, **options)
 
 
@@ -210,7 +211,7 @@ def test_a_copy_that_no_longer_matches_its_journal_is_not_read(write_run, protoc
         journal.write_bytes(rewritten)
     else:
         copy.write_bytes(copy.read_bytes()[:100])
-    expected = loadlib.records.exact_frame(journal)
+    expected = loadlib.record_table.exact_frame(journal)
     assert len(expected) == {"appended": 15, "cut": 13}.get(change, 14)
     assert change != "rewritten" or expected["ttft_s"].max() == 0.9
     pd.testing.assert_frame_equal(read_records_frame(run_dir), expected, check_categorical=False)
@@ -227,14 +228,14 @@ def test_a_copy_that_cannot_be_written_costs_only_a_warning(write_run, protocol_
 def test_unmeasured_requests_read_the_same_from_the_copy_and_the_journal(write_run, protocol_records):
     records = [{**r, "measured": i not in (2, 9)} for i, r in enumerate(protocol_records)]
     run_dir = write_run(records)
-    from_journal = loadlib.records.read_unmeasured_frame(run_dir)
+    from_journal = loadlib.record_table.read_unmeasured_frame(run_dir)
     read_records_frame(run_dir, keep_copy=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loadlib.records, "records_frame", lambda *a: pytest.fail("read the journal, not its copy"))
-        from_copy = loadlib.records.read_unmeasured_frame(run_dir)
+        patch.setattr(loadlib.record_table, "records_frame", lambda *a: pytest.fail("read the journal, not its copy"))
+        from_copy = loadlib.record_table.read_unmeasured_frame(run_dir)
     assert from_journal["request_id"].tolist() == [records[2]["request_id"], records[9]["request_id"]]
     pd.testing.assert_frame_equal(from_copy, from_journal, check_dtype=False, check_categorical=False)
-    assert loadlib.records.read_unmeasured_frame(write_run(protocol_records, name="all-measured")) is None
+    assert loadlib.record_table.read_unmeasured_frame(write_run(protocol_records, name="all-measured")) is None
 
 
 def test_a_records_json_line_holds_about_its_own_length_in_memory():
@@ -258,14 +259,14 @@ def test_a_run_shared_as_its_columnar_copy_alone_is_read_from_it(write_run, prot
     records = [{**r, "measured": i != 3} for i, r in enumerate(protocol_records)]
     run_dir = write_run(records, manifest={"tool": {"name": "uni-locust"}})
     journal_frame = read_records_frame(run_dir, keep_copy=True)
-    unmeasured = loadlib.records.read_unmeasured_frame(run_dir)
+    unmeasured = loadlib.record_table.read_unmeasured_frame(run_dir)
     shared = tmp_path / "shared"
     shared.mkdir()
     for name in ("records.parquet", "manifest.json"):
         shutil.copy(run_dir / name, shared / name)
     pd.testing.assert_frame_equal(read_records_frame(shared), journal_frame)
     pd.testing.assert_frame_equal(read_records_frame(shared / "records.parquet"), journal_frame)
-    pd.testing.assert_frame_equal(loadlib.records.read_unmeasured_frame(shared), unmeasured,
+    pd.testing.assert_frame_equal(loadlib.record_table.read_unmeasured_frame(shared), unmeasured,
                                   check_dtype=False, check_categorical=False)
     assert len(load_run(shared).records) == 13
     pd.testing.assert_frame_equal(read_records_frame(run_dir / "records.parquet"), journal_frame)  # its journal's

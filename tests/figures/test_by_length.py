@@ -13,7 +13,8 @@ import pytest
 from analysis.plot import by_length as by_length_plot
 from analysis.report import run_report
 from loadlib.figures import free_running
-from loadlib.records import read_records, records_frame
+from loadlib.record_table import records_frame
+from loadlib.records import read_records
 from loadlib.report import console
 from loadlib.report.summary import summary_document
 from tests.analysis.builders import build_record, build_run

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from loadlib.figures import free_running
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from tests.analysis.builders import build_record, free_running_records
 
 T0 = 1_700_000_000.0

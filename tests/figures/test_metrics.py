@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from loadlib.figures import formulas, free_running, protocol_tables
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from tests.analysis.builders import free_running_records
 
 T0 = 1_700_000_000.0

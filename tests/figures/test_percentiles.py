@@ -16,7 +16,7 @@ from analysis.report import run_report
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.uncertainty import (RankedSample, enough_samples, percentile_interval, percentile_uncertainty,
                                          rank_interval, samples_needed, uncertainty_columns)
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record, build_run
 

@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from loadlib.figures import free_running, protocol_tables
-from loadlib.records import (FLOAT_COLUMNS, RECORD_COLUMNS, RequestRecord, read_records, read_records_frame,
-                             records_frame)
+from loadlib.record_table import FLOAT_COLUMNS, RECORD_COLUMNS, read_records_frame, records_frame
+from loadlib.records import RequestRecord, read_records
 from loadlib.wire.sse import parse_stream
 from tests.analysis.builders import build_record
 from tests.conftest import FAST_SIM, run_locust

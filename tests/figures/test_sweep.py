@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from loadlib.figures.sweep import pooled_accept_length, sweep_rows, sweep_table
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.contents import RunData
 from loadlib.report.run_figures import RunFigures
 from tests.analysis.builders import build_record

@@ -18,7 +18,7 @@ from loadlib.figures import free_running
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.validity import (EDGE_S, Check, littles_law, server_absence, validity_checks,
                                       validity_summary)
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.document import rows
 from loadlib.report.summary import render_summary
 from loadlib.report.validity import checks_section, findings

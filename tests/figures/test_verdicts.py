@@ -14,7 +14,7 @@ from loadlib.figures import verdicts
 from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.verdicts import HIGHER, LOWER, SAME, TOO_FEW, Sample, verdict
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from tests.analysis.builders import build_record, extended_run, free_running_records, profile_run, protocol_run
 
 DATA_SETS = 40  # synthetic data sets per property; the bootstrap's own seed stays fixed

@@ -13,7 +13,7 @@ import pytest
 
 from loadlib.figures import free_running
 from loadlib.figures.formulas import from_intended_send
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record
 from tests.profile_runs import run_profile

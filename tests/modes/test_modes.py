@@ -11,7 +11,7 @@ import pytest
 from loadlib.figures import free_running
 from loadlib.modes.ladder import ladder_levels
 from loadlib.modes.arrivals import arrival_offsets
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from tests.conftest import free_port, protocol_profile
 from tests.profile_runs import max_in_flight, run_profile
 

@@ -12,7 +12,8 @@ import pyarrow.parquet
 import pytest
 
 from loadlib.figures import formulas, protocol_tables
-from loadlib.records import exact_frame, read_records, read_records_frame, records_frame
+from loadlib.record_table import exact_frame, read_records_frame, records_frame
+from loadlib.records import read_records
 from loadlib.report.protocol import protocol_summary
 from tests.conftest import FAST_SIM, free_port, run_locust, run_locust_together
 

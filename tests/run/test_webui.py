@@ -22,7 +22,8 @@ import orjson
 import pytest
 
 from loadlib.figures import protocol_tables
-from loadlib.records import read_records, records_frame
+from loadlib.record_table import records_frame
+from loadlib.records import read_records
 from loadlib.report import text
 from tests.conftest import LOCUSTFILE, REPO, free_port, protocol_profile
 

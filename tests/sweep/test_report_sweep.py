@@ -3,7 +3,7 @@ configuration has left out, the configurations that did not serve with their las
 
 from __future__ import annotations
 
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report import console
 from loadlib.report.contents import RunData
 from loadlib.report.document import Document

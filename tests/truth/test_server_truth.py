@@ -18,7 +18,7 @@ import pytest
 
 from analysis.report import run_report
 from analysis.rundir import load_run
-from loadlib.records import records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.document import rows
 from loadlib.report.server_view import server_cell_table
 from loadlib.sim.process import start_simulator
