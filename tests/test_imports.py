@@ -16,11 +16,6 @@ from tests.conftest import LOCUSTFILE
 # Locust itself is imported first, as its command line does (it patches the standard library).
 IMPORTS = {"locustfile": f"import locust, runpy; runpy.run_path({str(LOCUSTFILE)!r})",
            "analysis": "import analysis.__main__"}
-# Still imported at the top by modules outside this test's reach for now: each marked test fails
-# (strict) once they are not, and its mark goes.
-PANDAS_ON_THE_LIVE_PATH = pytest.mark.xfail(
-    strict=True, reason="loadlib.records (RequestRecord, the journal) and loadlib.modes.search_driver (the search "
-                        "schema) import pandas and pyarrow at the top")
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +37,7 @@ def _of(modules: list[str], package: str) -> list[str]:
 @pytest.mark.processes
 @pytest.mark.parametrize("package", [
     "loadlib.report", "loadlib.run.session", "loadlib.run.summary_files", "loadlib.run.webui", "loadlib.run.llmstats",
-    "matplotlib",
-    pytest.param("pandas", marks=PANDAS_ON_THE_LIVE_PATH), pytest.param("pyarrow", marks=PANDAS_ON_THE_LIVE_PATH)])
+    "matplotlib", "pandas", "pyarrow"])
 def test_a_locustfile_loads_no_tables_and_no_report(loaded, package):
     assert "loadlib.run.wiring" in loaded["locustfile"]
     assert _of(loaded["locustfile"], package) == []

@@ -19,10 +19,7 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Va
 
 from loadlib.modes.arrivals import ArrivalSlots
 from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, ModeState, Phase, target_labels
-from loadlib.figures.capacity import level_seed
-from loadlib.modes.search import Search, judge
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
-from loadlib.record_table import records_frame
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
 from loadlib.scenarios.spec import Strict
@@ -145,6 +142,8 @@ class SearchDriver(Driver):
 
     def __init__(self, run: Coordination, users: int, load: SearchLoad, slo: Slo, mix: Scenario,
                  started_at: float, target: str = "") -> None:
+        from loadlib.modes.search import Search  # tables (pandas): workers import this module for its schema
+
         super().__init__(run, users)
         self.target = target  # the one server it searches (a sweep's configuration), by label
         top = float(users) if load.variable == "users" else float(load.max_rate or 0)
@@ -162,6 +161,11 @@ class SearchDriver(Driver):
     def levels(self) -> Iterator[Cell]:
         """The search, one level at a time (an A/B run alternates its targets' searches level by
         level): each level played, judged, and the result noted before the next is chosen."""
+        # Tables (pandas), loaded by the coordinator only: workers import this module for its schema.
+        from loadlib.figures.capacity import level_seed
+        from loadlib.modes.search import judge
+        from loadlib.record_table import records_frame
+
         if self.mix.cache == COLD:
             self.flush_cache(self.target)
         while (step := self.search.next_step()) is not None:
