@@ -15,6 +15,9 @@ from tests.conftest import FAST_SIM, free_port, run_locust_together
 from tests.profile_runs import run_profiles_together
 
 QUEUEING_SIM = f"{FAST_SIM} --max-running-requests 2"
+# TTFT p90 at 2 streams: 0.05-0.09 s, its bootstrap's 95th percentile up to 0.130 s with three searches on 2 cores;
+# at 3 streams (one queued behind a 768-token answer): 0.18-0.23 s, its 5th percentile down to 0.152 s (18 runs).
+USERS_SLO_S = 0.14
 
 USERS_SEARCH = """
 [request]
@@ -27,9 +30,9 @@ warmup_s = 0.3
 jitter_s = 0.1
 [scenarios.distinct-issues]
 [slo]
-ttft_s = 0.12
+ttft_s = {slo}
 ttft_p = 90
-"""
+""".format(slo=USERS_SLO_S)
 
 
 def report_json(run_dir) -> dict:
@@ -40,15 +43,14 @@ def report_json(run_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def search_runs(tmp_path_factory):
-    """The users search in one process and the rate search started together (each on its own
-    simulator), then the users search in two processes alone (beside another run, a level's TTFT
-    p90 reached the SLO about once in 15 runs): name -> (result, every record, run directory)."""
+    """The users search in one and in two processes and the rate search, started together (each on
+    its own simulator): name -> (result, every record, run directory)."""
     port = str(free_port())
     two = ["--processes", "2", "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
     work = {name: tmp_path_factory.mktemp(name) for name in ("users1", "users2", "rate")}
     done = run_profiles_together({"users1": (work["users1"], USERS_SEARCH, 8),
+                                  "users2": (work["users2"], USERS_SEARCH, 8, *two),
                                   "rate": (work["rate"], RATE_SEARCH, 32)}, sim=QUEUEING_SIM)
-    done |= run_profiles_together({"users2": (work["users2"], USERS_SEARCH, 8, *two)}, sim=QUEUEING_SIM)
     return {name: (result, df, work[name] / "run") for name, (result, df) in done.items()}
 
 
@@ -62,7 +64,7 @@ def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(search_run
     levels = {level["value"]: level for level in search["levels"]}
     assert list(levels) == [1, 2, 4, 3]  # doubling until the SLO broke, then the bisection
     assert levels[2]["verdict"] == "held" and levels[3]["verdict"] == "broke"
-    assert levels[2]["ttft_s"] <= 0.12 < levels[3]["ttft_s"]
+    assert levels[2]["ttft_s"] <= USERS_SLO_S < levels[3]["ttft_s"]
     measured = df[df["measured"]]
     # a cell per run of a level: one that came out too close to call runs again ("search-u2-r2")
     cells = {cell: value for value, level in levels.items() for cell in level["cells"]}
