@@ -7,6 +7,7 @@ true by a guard: an unmarked test (or a fixture it sets up) that starts a proces
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+# The tests stop runs with SIGINT, as Ctrl-C does. A shell starting the suite in the background (`pytest &` in a
+# script) has it ignored, and every child would inherit that and sit through the interrupt: give it its default back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "dflash.py"
