@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, Phase
+from loadlib.modes.base import Coordination, DriverOfDrivers, LoadMode, Phase
 from loadlib.profiles import TargetSpec
 from loadlib.scenarios.base import Cell
 from loadlib.sweep.grid import ServerConfig, configurations
@@ -49,8 +49,6 @@ class SweepDriver(DriverOfDrivers):
         self.rows: list[dict[str, Any]] = []
         self.server: RunningServer | None = None
         self.launching: ServerConfig | None = None  # a configuration whose server is starting
-        self._done_cells: list[Cell] = []
-        self._playing: Driver | None = None  # the mode's driver of the configuration under load
         self._found: dict[str, Any] = {}  # the configuration's own findings (`CONFIG_FINDINGS`)
         self._most_users = 0
 
@@ -76,15 +74,13 @@ class SweepDriver(DriverOfDrivers):
         started_at = self.run.serve(profile)
         self.flush_cache(config.label)
         self._found = {}
-        inner = self.inner = self._playing = self.mode.driver(profile, self.users, started_at,
-                                                              replace(self.run, note=self._inner_note))
+        inner = self.inner = self.mode.driver(profile, self.users, started_at, replace(self.run, note=self._inner_note))
         playing = gevent.spawn(inner.run_to_end)
         while not inner.finished.wait(WATCH_S):
             if not server.alive():
                 log.error("sweep: the server of %s died during its load; going on with the next", config.label)
                 playing.kill()
                 break
-        self._done_cells, self._playing = self.plan, None
         server.stop()
         self.run.retire(config.label)
         if inner.stopped and server.status != DIED:
@@ -93,14 +89,15 @@ class SweepDriver(DriverOfDrivers):
 
     @property
     def plan(self) -> list[Cell]:
-        """The cells of the configurations played, then those the playing one's mode knows so far
-        (a capacity search adds its levels as it finds them)."""
-        playing = self._playing
-        return [*self._done_cells, *(playing.plan if playing is not None else ())]
+        """The cells of each configuration's mode played so far, the playing one's as far as it knows
+        them (a capacity search adds its levels as it finds them)."""
+        return [cell for driver in self._played for cell in driver.plan]
 
     @plan.setter
     def plan(self, cells: list[Cell]) -> None:
-        self._done_cells = list(cells)
+        """Only `Driver.__init__`'s empty plan: a sweep's cells are its configurations' modes'."""
+        if cells:
+            raise ValueError("a sweep's plan comes from the modes it plays")
 
     def _inner_note(self, key: str, value: Any) -> None:
         """A configuration's finding: a search's result is that configuration's (its sweep row),
