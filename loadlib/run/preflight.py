@@ -8,6 +8,7 @@
 - The first requests: when the first `FIRST_REQUESTS` of a run all fail for the same reason, the
   run stops with that reason (`--keep-going` runs on), rather than marching through its plan for
   minutes. A TLS failure against an `https://` target that answers plain HTTP gets a hint.
+- Whether a server is there at all (`server_answer`): any HTTP answer says it is.
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
         return ModelList(problem=_redacted(str(exc), api_key))
     except (orjson.JSONDecodeError, AttributeError, TypeError):
         return ModelList(problem="the answer is not the OpenAI models list")
+    finally:
+        connection.close()
+
+
+def server_answer(base_url: str, api_key: str | None = None, verify_tls: bool = True) -> str | None:
+    """None when the server answers `GET /v1/models` with any HTTP status (a 503 of a loaded
+    server says it is there), else why no answer came ("connect to ...: connection refused")."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    connection = Connection(Endpoint.parse(base_url), timeout=HANDSHAKE_S, verify_tls=verify_tls,
+                            connect_timeout=HANDSHAKE_S)
+    try:
+        connection.request("GET", "/v1/models", headers=headers)
+        return None
+    except TransportError as exc:
+        return _redacted(str(exc), api_key)
     finally:
         connection.close()
 

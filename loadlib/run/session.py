@@ -69,6 +69,7 @@ class RunSession:
         self.streams = StreamsWanted(self)
         self.watches: dict[str, ServerWatch] = {}  # the servers watched now, by target label
         self.cut_short: str | None = None
+        self._player: gevent.Greenlet | None = None  # plays the test's driver
         self.summarized = True
         self.summary_text = ""
         self._runs = 0
@@ -113,7 +114,10 @@ class RunSession:
         self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir) if sweep else \
             self.mode.driver(profile, users, config.started_at, coordination(self))
         self.config = config
-        early_stop = EarlyStop(self.target.url, self.stop) if not (opts.keep_going or sweep) else None
+        early_stop = None if sweep else EarlyStop(
+            self.target.url, self.stop, first=not opts.keep_going, api_key=api_key_of(opts),
+            url_of=lambda target: config.target_url(target) or self.target.url, verify_tls=not opts.insecure,
+            started_at=config.started_at)
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self._write_first_manifest(config, model_warning)
@@ -122,13 +126,16 @@ class RunSession:
             self._watch_servers(config)
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), config.settings.model or "(from each server)")
-        gevent.spawn(self._play, self.driver)
+        self._player = gevent.spawn(self._play, self.driver)
 
     def _play(self, driver: Driver) -> None:
         """Plays the test's mode, then ends the test at once: the load shape would end it at its
         next tick, up to a second later (a headless run ends when Locust's main greenlet sees the
-        shape's greenlet end)."""
-        driver.run_to_end()
+        shape's greenlet end). `stop` ends the play itself (`GreenletExit`), then the test."""
+        try:
+            driver.run_to_end()
+        except gevent.GreenletExit:
+            pass
         runner = self.environment.runner
         if driver is not self.driver or runner.shape_greenlet is None or runner.state not in (STATE_SPAWNING,
                                                                                                 STATE_RUNNING):
@@ -223,8 +230,16 @@ class RunSession:
         self.summary_text = write_summary(self.run_dir, self.manifest, self.opts.csv_prefix)
 
     def stop(self, reason: str) -> None:
-        """Ends the test early, with `reason` in the summary and the manifest."""
+        """Ends the test early, with `reason` in the summary and the manifest: the mode's plan
+        stops at once (no more cells sent to a server that is gone), and a headless run exits 1."""
         self.manifest["stopped_early"] = reason
+        if self.environment.web_ui is None:
+            self.environment.process_exit_code = 1
+        driver = self.driver
+        if driver is not None and not driver.finished.is_set():
+            driver.stopped = reason
+            if self._player is not None and self._player is not gevent.getcurrent():
+                self._player.kill(block=False)
         if self.environment.shape_class is not None:
             self.cut_short = reason  # the shape stops the test at its next tick
         else:
