@@ -26,7 +26,8 @@ from loadlib.profiles import Profile, ProfileError
 from loadlib.records import RequestRecord, read_records, target_dir
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
-from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
+from loadlib.run.inputs import (api_key_of, cells_not_run, new_run_dir, refuse_streams_beyond_users,
+                                run_profile)
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import close_manifest, opening_manifest, write_manifest
@@ -89,15 +90,16 @@ class RunSession:
     def begin(self) -> None:
         """A test starts: run directory, configuration to every process, manifest, the driver."""
         opts = self.opts
+        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         if self.plays_load_modes:
             try:  # the options as they stand: the web UI's form may have changed them, or the profile
+                refuse_streams_beyond_users(opts, users)
                 profile = run_profile(opts)
                 if profile != self.profile:
                     self.use_profile(profile)
             except ProfileError as exc:
                 return self._refuse(str(exc))
         profile = self.profile
-        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         sweep = profile is not None and profile.server is not None
         if sweep:  # its servers come one at a time (`serve`): nothing to ask or send yet
             config, model_warning = RunConfig(self.mode.name, request_settings(profile, opts, "", api_key_of(opts)),
@@ -121,6 +123,10 @@ class RunSession:
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self._write_first_manifest(config, model_warning)
+        not_run = cells_not_run(profile, opts, users) if self.plays_load_modes and profile is not None else None
+        if not_run:
+            log.warning("not run: %s", not_run)
+            self.note_in_manifest("not_run", not_run)
         if not sweep:
             self.users.begin(config)
             self._watch_servers(config)
