@@ -3,8 +3,8 @@
 
 Its text depends only on the records, the run's final manifest and the server's scrapes in the
 run directory, so the live summary and the report of the same run directory agree to the
-character. Its heading is the settings line (with CUT SHORT and why, when the run was) and cells
-left out for want of users. Its sections are the entries of `loadlib.report.contents.CONTENTS` that are not the
+character. Its heading is the settings line (with CUT SHORT and why, when the run was), a model
+the server did not confirm, and cells left out for want of users. Its sections are the entries of `loadlib.report.contents.CONTENTS` that are not the
 report's own: a capacity search's result first; the protocol's tables when the protocol's cells
 ran, the steady state when free-running cells did; what a profile's scenarios add (prefill per
 size, cache state, turns), the client's own limits and the server's view when the run has them.
@@ -46,9 +46,11 @@ def run_summary(figures: RunFigures) -> Document:
 
 
 def summary_heading(df: pd.DataFrame, manifest: Mapping[str, Any]) -> str:
-    """The settings line, then what the run was warned of at its start: cells that did not run for
-    want of users."""
+    """The settings line, then what the run was warned of at its start: a model the server does
+    not list (or a models list it could not have, and why), cells that did not run for want of users."""
     lines = [settings_line(df, manifest)]
+    if manifest.get("model_warning"):
+        lines.append(f"MODEL NOT CONFIRMED BY THE SERVER: {manifest['model_warning']}")
     if manifest.get("not_run"):
         lines.append(f"NOT RUN: {manifest['not_run']}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import gevent
 import orjson
 
 from loadlib.records import RequestRecord
-from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, server_answer
+from loadlib.run.preflight import FIRST_REQUESTS, FirstFailures, answers_plain_http, auth_hint, server_answer
 
 log = logging.getLogger("uni-bench")
 
@@ -152,12 +152,14 @@ class EarlyStop:
         self._stop(said)
 
     def _stop_with(self, reason: str) -> None:
-        """Stops the run with that reason, and a hint when an https:// target answers plain HTTP."""
+        """Stops the run with that reason, and a hint where the reason points at one."""
         if self.stopped:
             return
         hint = ""
         if reason.startswith("TLS") and answers_plain_http(self.host):
             hint = " (the server answered plain HTTP: use http:// in --host)"
+        elif reason.startswith(("http 401", "http 403")):
+            hint = f" ({auth_hint(self._api_key)})"
         said = f"the first {FIRST_REQUESTS} requests all failed: {reason}{hint}"
         log.error("stopping early: %s; --keep-going runs on regardless", said)
         self.stopped = True
