@@ -1,12 +1,14 @@
 """A run stops early, with the reason, when going on would only measure failures:
 
 - its first requests all fail the same way (a wrong endpoint), instead of measuring it for
-  minutes (`--keep-going` runs on regardless);
+  minutes;
 - its server goes away: once a server has answered, `GONE_AFTER` requests in a row that fail at
   the connection (refused, reset, closed) make the run ask the server for `GET /v1/models`, and a
   server that answers nothing there for `PROBE_FOR_S` ends the run with the time it went away.
   A server that answers anything, an HTTP 503 or 429 included, is there: its failures are
   findings of the run, not a reason to end it (the simulator's injected faults are such answers).
+
+`--keep-going` runs on regardless of both (a server restarted mid-run on purpose).
 """
 
 from __future__ import annotations
@@ -76,15 +78,14 @@ class ConnectionStreaks:
 
 class EarlyStop:
     """Sees every record of the run (`see_record`, `see_lines`) and stops the run by `stop(reason)`
-    when one of the rules above says so. `first=False` (`--keep-going`) leaves the first requests'
-    rule out; `url_of(target)` is a target's base URL, to probe."""
+    when one of the rules above says so; `url_of(target)` is a target's base URL, to probe."""
 
-    def __init__(self, host: str, stop: Callable[[str], None], *, first: bool = True,
+    def __init__(self, host: str, stop: Callable[[str], None], *,
                  url_of: Callable[[str], str] | None = None, api_key: str | None = None,
                  verify_tls: bool = True, started_at: float | None = None) -> None:
         self.host = host
         self._stop = stop
-        self.first = FirstFailures(FIRST_REQUESTS if first else 0)
+        self.first = FirstFailures()
         self.streaks = ConnectionStreaks()
         self._url_of = url_of or (lambda target: host)
         self._api_key, self._verify_tls = api_key, verify_tls
@@ -147,7 +148,7 @@ class EarlyStop:
         said = (f"the server {server} went away {streak.since - self._started_at:.1f} s into the run "
                 f"(at {time.strftime('%H:%M:%S', time.localtime(streak.since))}): {streak.count} requests in a row "
                 f"failed at the connection (the first: {streak.reason}) and GET /v1/models gets no answer ({silence})")
-        log.error("stopping early: %s", said)
+        log.error("stopping early: %s; --keep-going runs on regardless", said)
         self.stopped = True
         self._stop(said)
 

@@ -116,10 +116,9 @@ class RunSession:
         self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir) if sweep else \
             self.mode.driver(profile, users, config.started_at, coordination(self))
         self.config = config
-        early_stop = None if sweep else EarlyStop(
-            self.target.url, self.stop, first=not opts.keep_going, api_key=api_key_of(opts),
-            url_of=lambda target: config.target_url(target) or self.target.url, verify_tls=not opts.insecure,
-            started_at=config.started_at)
+        early_stop = None if opts.keep_going or sweep else EarlyStop(
+            self.target.url, self.stop, api_key=api_key_of(opts), verify_tls=not opts.insecure,
+            url_of=lambda target: config.target_url(target) or self.target.url, started_at=config.started_at)
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self._write_first_manifest(config, model_warning)

@@ -1,6 +1,6 @@
 """A server that goes away ends the run: its simulator killed mid-run (one process and two), the
 run stops CUT SHORT with the time and exit code 1 instead of firing its plan at a dead port; a
-live server that fails every stream, and one that answers 503 or 429, is never taken for gone."""
+live server that cuts most streams, and one that answers 503 or 429, is never taken for gone."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_the_probe_ends_the_run_only_when_the_server_does_not_answer_at_all():
         closed.bind(("127.0.0.1", 0))
         gone_url = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused
         said: list[str] = []
-        early = EarlyStop(gone_url, said.append, first=False, started_at=0.0)
+        early = EarlyStop(gone_url, said.append, started_at=0.0)
         _streak_of(early)
         early._probe("")
     assert len(said) == 1 and said[0].startswith(f"the server {gone_url} went away 2.0 s into the run (at ")
@@ -90,7 +90,7 @@ def test_the_probe_ends_the_run_only_when_the_server_does_not_answer_at_all():
 
     with served(socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Busy)) as busy:
         said = []
-        early = EarlyStop(f"http://127.0.0.1:{busy.server_address[1]}", said.append, first=False)
+        early = EarlyStop(f"http://127.0.0.1:{busy.server_address[1]}", said.append)
         _streak_of(early)
         early._probe("")
     assert said == [] and not early.streaks.active, "a 503 on /v1/models: the server is there"
@@ -147,15 +147,15 @@ def test_a_server_killed_mid_run_ends_it_cut_short_with_the_time(tmp_path, proce
 
 
 @pytest.mark.processes
-def test_a_live_server_that_cuts_every_stream_is_not_taken_for_gone(tmp_path):
-    """Every stream cut mid-way ('connection closed mid-stream', a connection failure): the probe
-    finds the server there each time, and the whole plan runs (--keep-going: the first requests
-    all fail alike)."""
-    result = run_locust(["--headless", "-u", "4", "--concurrency", "2,4", "--rounds", "2", "--max-tokens", "64",
-                         "--keep-going", "--scenarios", "code", "--run-dir", str(tmp_path / "r"),
-                         "--sim-args", f"{FAST_SIM} --fault drop@1.0"], cwd=tmp_path, timeout=120)
+def test_a_live_server_that_cuts_most_streams_is_not_taken_for_gone(tmp_path):
+    """drop@0.8 with the simulator's fault seed 0: the first request is whole, the next five
+    single-stream requests are cut mid-way ('connection closed mid-stream', a connection failure),
+    a streak that makes the run probe the server; it answers, so the whole plan runs."""
+    result = run_locust(["--headless", "-u", "2", "--concurrency", "2", "--rounds", "2", "--max-tokens", "64",
+                         "--scenarios", "code,en_tech,cn_chat", "--run-dir", str(tmp_path / "r"),
+                         "--sim-args", f"{FAST_SIM} --fault drop@0.8"], cwd=tmp_path, timeout=120)
     assert "stopping early" not in result.stderr and "CUT SHORT" not in result.stdout, result.stderr[-3000:]
-    records = list(read_records(tmp_path / "r"))
-    assert len(records) == 2 + 2 * (2 + 2) + 2 * (4 + 4) and all(r["error"] == "connection closed mid-stream"
-                                                                 for r in records)
+    cut = [bool(r["error"]) for r in read_records(tmp_path / "r")]
+    assert cut[:6] == [False] + [True] * 5, cut
+    assert all(r["error"] in (None, "connection closed mid-stream") for r in read_records(tmp_path / "r"))
     assert orjson.loads((tmp_path / "r" / "manifest.json").read_bytes())["finished"] is True
