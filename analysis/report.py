@@ -10,8 +10,9 @@ from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Document
-from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.protocol import summary_dict
 from loadlib.report.run_figures import RunFigures
+from loadlib.report.summary import summary_heading
 from loadlib.report.validity import judged
 
 
@@ -31,4 +32,4 @@ def run_report(run: Run, slo_ttft_s: float | None = None, slo_decode_tps: float 
             found["validity"] = validity_summary(data.checks)
     if run.locust is not None:
         sections += locust_csv.sections(run.locust)
-    return Document(settings_line(run.records, run.manifest), sections, run.manifest, found)
+    return Document(summary_heading(run.records, run.manifest), sections, run.manifest, found)

@@ -16,8 +16,9 @@ from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Section, flatten, json_rows, rows
 from loadlib.report.html_charts import run_charts
 from loadlib.report.html_runs import RunInput, as_runs, read_runs
-from loadlib.report.protocol import settings_line, summary_dict
+from loadlib.report.protocol import summary_dict
 from loadlib.report.run_figures import RunFigures
+from loadlib.report.summary import summary_heading
 from loadlib.report.targets import TargetRun
 from loadlib.report.validity import judged
 from loadlib.report.verdicts import judge
@@ -46,7 +47,7 @@ def run_entry(label: str, run: RunData) -> dict[str, Any]:
         summary["search"] = run.manifest["search"]
     if judged(run.run_dir, run.manifest):
         summary["validity"] = validity_summary(run.checks)
-    return {"label": label, "heading": settings_line(run.df, run.manifest), "what": what_was_run(run.manifest),
+    return {"label": label, "heading": summary_heading(run.df, run.manifest), "what": what_was_run(run.manifest),
             "summary": summary, "sections": [section_entry(s) for s in build_sections(run, report=True)],
             "charts": run_charts(run)}
 

@@ -3,7 +3,8 @@
 
 Its text depends only on the records, the run's final manifest and the server's scrapes in the
 run directory, so the live summary and the report of the same run directory agree to the
-character. Its sections are the entries of `loadlib.report.contents.CONTENTS` that are not the
+character. Its heading is the settings line (with CUT SHORT and why, when the run was), a model
+the server did not confirm, and cells left out for want of users. Its sections are the entries of `loadlib.report.contents.CONTENTS` that are not the
 report's own: a capacity search's result first; the protocol's tables when the protocol's cells
 ran, the steady state when free-running cells did; what a profile's scenarios add (prefill per
 size, cache state, turns), the client's own limits and the server's view when the run has them.
@@ -41,4 +42,15 @@ def run_summary(figures: RunFigures) -> Document:
     figures other outputs of the run may share (the run's end writes report.html from the same)."""
     split = figures.split_sections()  # an A/B run or a sweep: each server's, then the verdicts
     sections = split[0] if split is not None else build_sections(figures.run)
-    return Document(settings_line(figures.run.df, figures.run.manifest), sections)
+    return Document(summary_heading(figures.run.df, figures.run.manifest), sections)
+
+
+def summary_heading(df: pd.DataFrame, manifest: Mapping[str, Any]) -> str:
+    """The settings line, then what the run was warned of at its start: a model the server does
+    not list (or a models list it could not have, and why), cells that did not run for want of users."""
+    lines = [settings_line(df, manifest)]
+    if manifest.get("model_warning"):
+        lines.append(f"MODEL NOT CONFIRMED BY THE SERVER: {manifest['model_warning']}")
+    if manifest.get("not_run"):
+        lines.append(f"NOT RUN: {manifest['not_run']}")
+    return "\n".join(lines)

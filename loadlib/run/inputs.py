@@ -30,6 +30,36 @@ def run_profile(opts: Any) -> Profile:
     return load_profile(opts.profile)
 
 
+# One user is one stream: a cell of N streams needs N users. A concurrency typed beside -u that -u
+# cannot run is refused; a profile's cells (a file run with several -u, as uni-bench-x2.toml is)
+# and the default concurrency's are left out above -u, and the run says which.
+STREAM_COUNTS = ("concurrency", "levels")  # the [load] keys that ask for cells of N streams (rounds, ladder)
+
+
+def refuse_streams_beyond_users(opts: Any, users: int, users_name: str = "-u") -> None:
+    """A `--concurrency` given that needs more users than the run has (`users_name`: where they
+    were set, -u or the web UI's form): `ProfileError`, one line."""
+    if opts.profile or opts.concurrency == options.PROFILE_SETTINGS["concurrency"]:
+        return
+    beyond = max((n for n in opts.concurrency if n > users), default=None)
+    if beyond is not None:
+        fix = f"give -u {beyond} or more" if users_name == "-u" else f"make it {beyond} or more"
+        raise ProfileError(f"--concurrency {beyond} needs {beyond} users, {users_name} is {users}: {fix}")
+
+
+def cells_not_run(profile: Profile, opts: Any, users: int) -> str | None:
+    """The cells of the profile (or of the default concurrency) that need more users than the run
+    has, and so do not run, named for the log, the manifest and the summary; None when all run."""
+    for key in STREAM_COUNTS:
+        beyond = [n for n in getattr(profile.load, key, None) or () if n > users]
+        if beyond:
+            where = f"{opts.profile}'s load.{key}" if opts.profile else \
+                f"the default concurrency {','.join(map(str, profile.load.concurrency))}"
+            return (f"the {'- and '.join(map(str, beyond))}-stream cells of {where} (-u is {users}: "
+                    f"give -u {max(beyond)} to run them)")
+    return None
+
+
 def profile_settings(profile: Profile) -> dict[str, Any]:
     """The values of the options a profile sets itself (`options.PROFILE_SETTINGS`), as the
     profile has them: a rounds profile's rounds and concurrency, its protocol scenarios, its

@@ -127,7 +127,8 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--request-timeout", type=positive_float, default=900.0,
                        help="Seconds one request may take in all (default 900)")
     group.add_argument("--keep-going", action="store_true", default=False,
-                       help="Run on even when the first requests all fail the same way (default: stop with the reason)")
+                       help="Run on even when the first requests all fail the same way, or the server goes away "
+                            "mid-run (default: stop with the reason)")
     group.add_argument("--insecure", action="store_true", default=False,
                        help="Do not verify the server's TLS certificate")
     group.add_argument("--run-dir", default="", help="Where the run's files go (default runs/<timestamp>-<label>)")

@@ -4,10 +4,13 @@
   starts (`PlainHttpTarget`), with the URL to use instead.
 - The model: `GET /v1/models` lists what the server serves. A `--model` it does not list is
   warned about once at the start (vLLM answers 404 for it; SGLang serves any name), and when the
-  list cannot be had the run says so instead of silently sending "default".
+  list cannot be had the run says so instead of silently sending "default"; a 401 or 403 there
+  says to give the API key, not a model.
 - The first requests: when the first `FIRST_REQUESTS` of a run all fail for the same reason, the
   run stops with that reason (`--keep-going` runs on), rather than marching through its plan for
-  minutes. A TLS failure against an `https://` target that answers plain HTTP gets a hint.
+  minutes. A TLS failure against an `https://` target that answers plain HTTP gets a hint, and
+  so does a 401 or 403 (the API key).
+- Whether a server is there at all (`server_answer`): any HTTP answer says it is.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from loadlib.wire.connection import Connection, Endpoint, TransportError
 FIRST_REQUESTS = 8
 FALLBACK_MODEL = "default"
 HANDSHAKE_S = 3.0  # connect and TLS handshake of a preflight request: a live server takes milliseconds
+AUTH_REFUSED = (401, 403)
 
 
 class PlainHttpTarget(ValueError):
@@ -40,6 +44,7 @@ class ModelList:
     ids: list[str] = field(default_factory=list)
     problem: str | None = None
     context_tokens: dict[str, int] = field(default_factory=dict)  # model -> max_model_len, where listed
+    hint: str = "give --model"  # what to do when there is no list
 
     def choose(self, requested: str) -> tuple[str, str | None]:
         """The model to request and a warning to give once (None when all is well)."""
@@ -51,7 +56,7 @@ class ModelList:
         if self.ids:
             return self.ids[0], None
         return FALLBACK_MODEL, f"GET /v1/models: {self.problem or 'no models listed'}; requests ask for model " \
-                               f"{FALLBACK_MODEL!r} (give --model)"
+                               f"{FALLBACK_MODEL!r} ({self.hint})"
 
 
 def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = True,
@@ -62,6 +67,8 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
                             connect_timeout=HANDSHAKE_S)
     try:
         response = connection.request("GET", "/v1/models", headers=headers)
+        if response.status in AUTH_REFUSED:
+            return ModelList(problem=f"HTTP {response.status}", hint=auth_hint(api_key))
         if response.status != 200:
             return ModelList(problem=f"HTTP {response.status}")
         data = orjson.loads(response.body).get("data") or []
@@ -75,6 +82,28 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
         return ModelList(problem=_redacted(str(exc), api_key))
     except (orjson.JSONDecodeError, AttributeError, TypeError):
         return ModelList(problem="the answer is not the OpenAI models list")
+    finally:
+        connection.close()
+
+
+def auth_hint(api_key: str | None) -> str:
+    """What to do about a 401 or 403: give a key, or check the one given."""
+    if api_key:
+        return "the server refused the API key: check --api-key or OPENAI_API_KEY"
+    return "the server wants an API key: give --api-key or set OPENAI_API_KEY"
+
+
+def server_answer(base_url: str, api_key: str | None = None, verify_tls: bool = True) -> str | None:
+    """None when the server answers `GET /v1/models` with any HTTP status (a 503 of a loaded
+    server says it is there), else why no answer came ("connect to ...: connection refused")."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    connection = Connection(Endpoint.parse(base_url), timeout=HANDSHAKE_S, verify_tls=verify_tls,
+                            connect_timeout=HANDSHAKE_S)
+    try:
+        connection.request("GET", "/v1/models", headers=headers)
+        return None
+    except TransportError as exc:
+        return _redacted(str(exc), api_key)
     finally:
         connection.close()
 

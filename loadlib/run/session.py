@@ -26,7 +26,8 @@ from loadlib.profiles import Profile, ProfileError
 from loadlib.records import RequestRecord, read_records, target_dir
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
-from loadlib.run.inputs import api_key_of, new_run_dir, run_profile
+from loadlib.run.inputs import (api_key_of, cells_not_run, new_run_dir, refuse_streams_beyond_users,
+                                run_profile)
 from loadlib.run.intake import RecordIntake
 from loadlib.run.liveseries import LiveSeries
 from loadlib.run.manifest import close_manifest, opening_manifest, write_manifest
@@ -69,6 +70,7 @@ class RunSession:
         self.streams = StreamsWanted(self)
         self.watches: dict[str, ServerWatch] = {}  # the servers watched now, by target label
         self.cut_short: str | None = None
+        self._player: gevent.Greenlet | None = None  # plays the test's driver
         self.summarized = True
         self.summary_text = ""
         self._runs = 0
@@ -88,15 +90,16 @@ class RunSession:
     def begin(self) -> None:
         """A test starts: run directory, configuration to every process, manifest, the driver."""
         opts = self.opts
+        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         if self.plays_load_modes:
             try:  # the options as they stand: the web UI's form may have changed them, or the profile
+                refuse_streams_beyond_users(opts, users)
                 profile = run_profile(opts)
                 if profile != self.profile:
                     self.use_profile(profile)
             except ProfileError as exc:
                 return self._refuse(str(exc))
         profile = self.profile
-        users = max(self.environment.runner.target_user_count or 0, opts.num_users or 1)
         sweep = profile is not None and profile.server is not None
         if sweep:  # its servers come one at a time (`serve`): nothing to ask or send yet
             config, model_warning = RunConfig(self.mode.name, request_settings(profile, opts, "", api_key_of(opts)),
@@ -113,22 +116,31 @@ class RunSession:
         self.driver = SweepDriver(coordination(self), users, profile, self.mode, self.run_dir) if sweep else \
             self.mode.driver(profile, users, config.started_at, coordination(self))
         self.config = config
-        early_stop = EarlyStop(self.target.url, self.stop) if not (opts.keep_going or sweep) else None
+        early_stop = None if opts.keep_going or sweep else EarlyStop(
+            self.target.url, self.stop, api_key=api_key_of(opts), verify_tls=not opts.insecure,
+            url_of=lambda target: config.target_url(target) or self.target.url, started_at=config.started_at)
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self._write_first_manifest(config, model_warning)
+        not_run = cells_not_run(profile, opts, users) if self.plays_load_modes and profile is not None else None
+        if not_run:
+            log.warning("not run: %s", not_run)
+            self.note_in_manifest("not_run", not_run)
         if not sweep:
             self.users.begin(config)
             self._watch_servers(config)
         log.info("Run directory: %s (%s mode, %d cells, model %s)", self.run_dir, config.mode,
                  len(self.driver.plan), config.settings.model or "(from each server)")
-        gevent.spawn(self._play, self.driver)
+        self._player = gevent.spawn(self._play, self.driver)
 
     def _play(self, driver: Driver) -> None:
         """Plays the test's mode, then ends the test at once: the load shape would end it at its
         next tick, up to a second later (a headless run ends when Locust's main greenlet sees the
-        shape's greenlet end)."""
-        driver.run_to_end()
+        shape's greenlet end). `stop` ends the play itself (`GreenletExit`), then the test."""
+        try:
+            driver.run_to_end()
+        except gevent.GreenletExit:
+            pass
         runner = self.environment.runner
         if driver is not self.driver or runner.shape_greenlet is None or runner.state not in (STATE_SPAWNING,
                                                                                                 STATE_RUNNING):
@@ -223,8 +235,16 @@ class RunSession:
         self.summary_text = write_summary(self.run_dir, self.manifest, self.opts.csv_prefix)
 
     def stop(self, reason: str) -> None:
-        """Ends the test early, with `reason` in the summary and the manifest."""
+        """Ends the test early, with `reason` in the summary and the manifest: the mode's plan
+        stops at once (no more cells sent to a server that is gone), and a headless run exits 1."""
         self.manifest["stopped_early"] = reason
+        if self.environment.web_ui is None:
+            self.environment.process_exit_code = 1
+        driver = self.driver
+        if driver is not None and not driver.finished.is_set():
+            driver.stopped = reason
+            if self._player is not None and self._player is not gevent.getcurrent():
+                self._player.kill(block=False)
         if self.environment.shape_class is not None:
             self.cut_short = reason  # the shape stops the test at its next tick
         else:

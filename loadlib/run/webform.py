@@ -8,6 +8,8 @@ Locust's `/swarm` handler is wrapped (its view function replaced by one that cal
 - with a profile, the form leaves out the settings the profile makes (rounds, concurrency,
   scenarios, max tokens, thinking: they are changed in the profile), and a value typed for one of
   them beside a profile named in the form is refused rather than silently replacing the profile's;
+- a concurrency typed in the form above its Number of users is refused on the form, as beside
+  `-u` on the command line;
 - Edit during a run changes the streams of a closed-loop run (the load shape picks the new count
   up at its next tick); in the rounds, ladder and open modes the plan fixes the streams, and the
   form says so at once. A locustfile's own users are Locust's to edit, as always.
@@ -27,7 +29,7 @@ from werkzeug.datastructures import ImmutableMultiDict
 
 from loadlib.profiles import ProfileError
 from loadlib.run import options
-from loadlib.run.inputs import profile_settings, run_profile
+from loadlib.run.inputs import profile_settings, refuse_streams_beyond_users, run_profile
 from loadlib.wire.connection import Endpoint
 
 
@@ -109,7 +111,8 @@ def _checked_swarm(environment: Environment, session: Any, locust_view: Callable
             except ValueError as exc:
                 return refuse(f"Host: {exc}")
         if session.plays_load_modes:
-            conflict = _profile_conflict(environment.parsed_options, ours, request.form.get("profile"))
+            conflict = (_profile_conflict(environment.parsed_options, ours, request.form.get("profile"))
+                        or _streams_beyond_users(environment.parsed_options, ours, request.form))
             if conflict:
                 return refuse(conflict)
         request.form = ImmutableMultiDict([(k, v.strip() if k == "host" else v)
@@ -153,6 +156,23 @@ def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | 
             made = f"sets it to {_form_text(settings[name])}" if settings[name] is not None else "has no such setting"
             return (f"--{name.replace('_', '-')}: the profile {profile_file} {made}; change it in the profile, "
                     "not in the form")
+    return None
+
+
+def _streams_beyond_users(opts: Any, submitted: dict[str, Any], form: Any) -> str | None:
+    """Why the form's Number of users cannot run the concurrency typed in the form, or None."""
+    try:
+        users = int(form.get("user_count", ""))
+    except ValueError:
+        return None  # Locust's own check of the form says so
+    probe = copy.copy(opts)
+    vars(probe).update(submitted)
+    if form.get("profile") is not None:
+        probe.profile = form["profile"].strip()
+    try:
+        refuse_streams_beyond_users(probe, users, "Number of users")
+    except ProfileError as exc:
+        return str(exc)
     return None
 
 

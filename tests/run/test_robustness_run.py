@@ -193,7 +193,8 @@ def test_a_server_restart_mid_run_gives_failures_while_down_then_normal_figures(
     second = None
     run_dir = tmp_path / "r"
     proc = start_locust([*QUIET, "-u", "1", "--rounds", "60", "--max-tokens", "128", "--scenarios", "code",
-                         "--concurrency", "", "--host", first.url, "--model", "default", "--run-dir", str(run_dir)],
+                         "--concurrency", "", "--host", first.url, "--model", "default", "--run-dir", str(run_dir),
+                         "--keep-going"],  # a restart on purpose: without it, a server gone ends the run
                         tmp_path)  # failed rounds go fast while the server is down: plenty of rounds
     try:
         wait_for_records(run_dir, 5, proc)

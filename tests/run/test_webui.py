@@ -254,6 +254,19 @@ def test_edit_of_a_rounds_run_says_at_once_why_it_cannot(tmp_path):
         assert answer["message"].startswith("Edit cannot change the streams of a rounds run: its plan fixes them")
 
 
+@pytest.mark.processes
+def test_the_start_form_refuses_a_concurrency_above_its_number_of_users(tmp_path):
+    with started_web_locust(tmp_path, workers=0) as (url, _run_dir):
+        def start(users: str) -> dict[str, Any]:
+            form = urllib.parse.urlencode({"user_count": users, "spawn_rate": users, "concurrency": "2,8"}).encode()
+            with urllib.request.urlopen(urllib.request.Request(url + "swarm", data=form), timeout=30) as reply:
+                return json.load(reply)
+        refused = start("4")
+        assert refused["success"] is False
+        assert refused["message"] == "--concurrency 8 needs 8 users, Number of users is 4: make it 8 or more"
+        assert start("8")["success"] is True
+
+
 LONG_ANSWERS = protocol_profile("closed", 4000, duration_s=60, jitter_s=0.1)
 
 
