@@ -82,8 +82,9 @@ class EarlyStop:
 
     def __init__(self, host: str, stop: Callable[[str], None], *,
                  url_of: Callable[[str], str] | None = None, api_key: str | None = None,
-                 verify_tls: bool = True, started_at: float | None = None) -> None:
+                 verify_tls: bool = True, started_at: float | None = None, targets: tuple[str, ...] = ("",)) -> None:
         self.host = host
+        self._targets = frozenset(targets)  # the labels records carry ("" for a run of one server)
         self._stop = stop
         self.first = FirstFailures()
         self.streaks = ConnectionStreaks()
@@ -110,9 +111,10 @@ class EarlyStop:
             self._see_one(record.target, record.error, record.http_status, record.sent_at + (record.total_s or 0.0))
 
     def see_lines(self, lines: bytes) -> None:
-        """A worker's batch; only failed records are parsed, unless a streak may end in this batch."""
+        """A worker's batch; only failed records are parsed, unless a streak may end in this batch or
+        a target has not answered yet (its successes are what makes its later silence news)."""
         split = lines.split(b"\n")
-        if not (self.first.watching or self.streaks.active):
+        if not (self.first.watching or self.streaks.active or self._targets - self.streaks.answered):
             split = [line for line in split if b'"error":null' not in line]
         if split:
             self.see([orjson.loads(line) for line in split])

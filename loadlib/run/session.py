@@ -118,7 +118,8 @@ class RunSession:
         self.config = config
         early_stop = None if opts.keep_going or sweep else EarlyStop(
             self.target.url, self.stop, api_key=api_key_of(opts), verify_tls=not opts.insecure,
-            url_of=lambda target: config.target_url(target) or self.target.url, started_at=config.started_at)
+            url_of=lambda target: config.target_url(target) or self.target.url, started_at=config.started_at,
+            targets=tuple(label for label, _url in config.targets) or ("",))
         self.intake = RecordIntake(self.run_dir, None if self.driver.wants_records else LIVE_WINDOW,
                                    self._settle if self.driver.wants_records else None, early_stop)
         self._write_first_manifest(config, model_warning)

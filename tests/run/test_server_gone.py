@@ -56,6 +56,23 @@ def test_an_ab_runs_targets_have_streaks_of_their_own():
     assert fired[-1] and "A" not in streaks.streaks
 
 
+def test_a_workers_batches_keep_a_targets_first_answers_after_the_first_requests():
+    """A worker's batch drops successes once no streak is open, but not before every target has
+    answered: B's first answers come after the first requests, and its silence must still count."""
+    early = EarlyStop("http://a", lambda reason: None, targets=("A", "B"))
+
+    def batch(target: str, error: str | None, status: int | None, count: int) -> bytes:
+        return b"\n".join(orjson.dumps({"sent_at": 1.0, "total_s": 0.1, "error": error, "http_status": status,
+                                         "target": target, "ok": error is None}) for _ in range(count))
+
+    early.see_lines(batch("A", None, 200, 8))  # the first requests' rule has seen its 8
+    assert not early.first.watching
+    early.see_lines(batch("B", None, 200, 2))
+    assert early.streaks.answered == {"A", "B"}
+    early.see_lines(batch("B", REFUSED, None, GONE_AFTER))
+    assert early.streaks.streaks["B"].count == GONE_AFTER
+
+
 class _Busy(BaseHTTPRequestHandler):
     """A server that is there but sheds every request: 503 with Retry-After."""
 
