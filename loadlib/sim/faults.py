@@ -18,6 +18,8 @@ faults itself with the header `X-Sim-Fault: KIND[=VALUE][, KIND[=VALUE]...]`.
 | `stall_first` | a pause before the first chunk (time-scaled like all durations) | seconds (default 5) |
 | `stall`       | a pause before a later chunk (time-scaled)                     | seconds (default 5) |
 | `count_skew`  | the stream is whole, but the server's generated-token counters leave out a share of its tokens | share (default 0.1) |
+| `front_queue` | the request waits before the server, which lets K through at a time (a proxy in front), unseen by its gauges | K (default 1) |
+| `cache_drop`  | the prefix cache is emptied as the request arrives (a flush or an eviction)  | -                |
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 KINDS = ("http500", "http503", "http429", "too_long", "error_event", "drop", "malformed",
-         "no_usage", "no_done", "stall_first", "stall", "count_skew")
+         "no_usage", "no_done", "stall_first", "stall", "count_skew", "front_queue", "cache_drop")
 HEADER = "x-sim-fault"
 
 
@@ -54,6 +56,8 @@ def parse_spec(text: str) -> FaultSpec:
         raise ValueError(f"bad fault spec {text!r}: SHARE must be in [0, 1] and VALUE >= 0")
     if kind == "count_skew" and value is not None and value > 1:
         raise ValueError(f"bad fault spec {text!r}: count_skew's VALUE is a share, in [0, 1]")
+    if kind == "front_queue" and value is not None and (value < 1 or value != int(value)):
+        raise ValueError(f"bad fault spec {text!r}: front_queue's VALUE is a whole number of requests, 1 or more")
     return FaultSpec(kind, value, share)
 
 
@@ -73,6 +77,8 @@ class Faults:
     stall_at: int | None = None
     stall_s: float | None = None
     count_skew: float | None = None  # share of the tokens the counters leave out
+    front_queue: int | None = None  # requests the queue in front lets through at once
+    cache_drop: bool = False
 
     def place(self, limit: int) -> None:
         """Resolves mid-stream positions left at their default (half the output, at least 2)."""
@@ -102,6 +108,10 @@ def _apply(faults: Faults, spec: FaultSpec) -> None:
         faults.stall_at = -1
     elif kind == "count_skew":
         faults.count_skew = value if value is not None else 0.1
+    elif kind == "front_queue":
+        faults.front_queue = int(value) if value is not None else 1
+    elif kind == "cache_drop":
+        faults.cache_drop = True
 
 
 class FaultPicker:

@@ -18,6 +18,7 @@ from typing import Any
 import gevent
 import orjson
 from gevent.event import Event
+from gevent.lock import BoundedSemaphore
 from gevent.server import StreamServer
 
 from loadlib.sim import httpio, metrics, tokenizer
@@ -287,6 +288,7 @@ class SimServer:
         self.trace = trace
         self.faults = faults or FaultPicker(())
         self._shape = SHAPES[cfg.flavor]
+        self._gates: dict[int, BoundedSemaphore] = {}
         self._server = StreamServer((host, port), self._handle)
         self._host = host
 
@@ -471,8 +473,18 @@ class SimServer:
         head = httpio.stream_head(rid_header, server=shape.server_header)
         delivery = _Delivery(sock, self.engine, req, shape, stream, include_usage, head, faults,
                              received_at, self._record)
-        self.engine.submit(req)
-        delivery.wait()
+        gate = self._front_queue(faults.front_queue) if faults and faults.front_queue else None
+        if gate is not None:  # held before the server, which receives the request only now
+            gate.acquire()
+            delivery.received_at = time.time()
+        if faults and faults.cache_drop:
+            self.engine.radix.reset()
+        try:
+            self.engine.submit(req)
+            delivery.wait()
+        finally:
+            if gate is not None:
+                gate.release()
         if delivery.broken:
             delivery.record()
             return False
@@ -483,6 +495,10 @@ class SimServer:
             delivery.first_token_at = delivery.last_token_at = delivery.done_at = now
         delivery.record()
         return ok
+
+    def _front_queue(self, admitted: int) -> BoundedSemaphore:
+        """The `front_queue` fault's queue that lets `admitted` requests through at once."""
+        return self._gates.setdefault(admitted, BoundedSemaphore(admitted))
 
     def _record(self, delivery: _Delivery) -> None:
         stats = self.engine.stats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
 import pytest
 from sim_http import chat, chat_payload, metric, read_trace, request
@@ -96,6 +97,42 @@ def test_count_skew_streams_every_token_but_counts_fewer(sim):
 
 
 @pytest.mark.processes
+def test_cache_drop_empties_the_prefix_cache_as_the_request_arrives(sim):
+    """A prompt sent again meets its prefix cached, unless the cache is dropped as it arrives;
+    then it is cached again for the next."""
+    prompt = "Which of the cache_drop test's prompts is cached?"
+    reply = lambda **kw: chat(sim.url, prompt=prompt, max_tokens=4, **kw).usage["prompt_tokens_details"]
+    cached = lambda **kw: reply(**kw)["cached_tokens"]
+    cached()
+    warm = cached()
+    assert warm > 10  # the whole prompt, beyond the chat template's framing
+    assert cached(headers={"X-Sim-Fault": "cache_drop"}) == 0
+    assert cached() == warm
+
+
+@pytest.mark.processes
+def test_front_queue_lets_k_requests_through_at_a_time_unseen_by_the_gauges(tmp_path):
+    """Four requests at once through a queue in front that admits one: the server receives each
+    only when the one before has ended, and never holds more than one."""
+    path = tmp_path / "trace.jsonl"
+    held = []
+    with start_simulator(["--time-scale", "0.05", "--trace", str(path), "--fault", "front_queue=1"]) as sim:
+        senders = [threading.Thread(target=chat, args=(sim.url,), kwargs={"max_tokens": 60,
+                                                                        "headers": {"X-Request-Id": f"q{i}"}})
+                   for i in range(4)]
+        for sender in senders:
+            sender.start()
+        while any(sender.is_alive() for sender in senders):
+            page = request(sim.url, "GET", "/metrics").body.decode()
+            held.append(metric(page, "sglang:num_running_reqs") + metric(page, "sglang:num_queue_reqs"))
+        for sender in senders:
+            sender.join()
+    trace = sorted(read_trace(path, "q0", "q1", "q2", "q3").values(), key=lambda r: r["received_at"])
+    assert all(later["received_at"] >= earlier["done_at"] for earlier, later in zip(trace, trace[1:]))
+    assert max(held) == 1
+
+
+@pytest.mark.processes
 def test_stalls_before_first_and_later_chunks_are_traced(tmp_path):
     path = tmp_path / "trace.jsonl"
     with start_simulator(["--time-scale", "0.05", "--trace", str(path)]) as sim:
@@ -127,3 +164,6 @@ def test_fault_spec_parsing():
     assert parse_spec("count_skew=0.25").value == 0.25
     with pytest.raises(ValueError, match="count_skew's VALUE is a share"):
         parse_spec("count_skew=2")
+    assert parse_spec("front_queue=2").value == 2
+    with pytest.raises(ValueError, match="front_queue's VALUE is a whole number"):
+        parse_spec("front_queue=1.5")
