@@ -23,9 +23,9 @@ RECORD_COLUMNS = ["cell", "sent_at", "scenario", "ok", "completion_tokens"]  # w
 
 def energy_table(entries: Iterable[dict[str, Any]], records: pd.DataFrame) -> pd.DataFrame:
     """One row per cell and GPU, and one of every GPU together (`gpu` "all") where several were
-    read, from the run's parsed scrapes (`read_scrapes(run_dir, energy.NAMES_READ)`) and its
-    measured records; a cell with no measured records (warm-up, priming) is left out. No rows for
-    a run without a GPU meter."""
+    read, from the run's parsed scrapes (`read_scrapes(run_dir, energy.NAMES_READ)`; the GPU
+    meter's alone will do) and its measured records; a cell with no measured records (warm-up,
+    priming) is left out. No rows for a run without a GPU meter."""
     records = records[RECORD_COLUMNS]
     measured = set(distinct(records["cell"]))
     rows = []

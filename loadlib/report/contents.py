@@ -88,7 +88,8 @@ def _prefill(run: RunData) -> Section:
 
 
 def _energy(run: RunData) -> Section:
-    return sections.energy_section(energy.energy_table(read_scrapes(run.run_dir, gpu_energy.NAMES_READ), run.df))
+    scrapes = read_scrapes(run.run_dir, gpu_energy.NAMES_READ, sources=(gpu_energy.GPU_SOURCE,))
+    return sections.energy_section(energy.energy_table(scrapes, run.df))
 
 
 CONTENTS: list[Entry] = [

@@ -1,6 +1,7 @@
 """The summary's tables beyond the protocol's (the capacity search's is `loadlib.report.search`): steady state of
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
-and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
+and met, TTFT per conversation turn, requests left out of a figure, the client's own limits, and
+the GPUs' energy per cell.
 
 Each function turns one `loadlib.figures` table (or what the manifest kept: the search's result,
 the self-watch) into a section: it labels, formats and orders, it computes nothing. Which sections

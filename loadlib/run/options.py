@@ -141,7 +141,7 @@ def add_arguments(parser: Any) -> None:
                             "(docs/metrics.md)")
     server_watch.add_arguments(group)
     # energy per cell (docs/server-truth.md#energy-per-cell)
-    group.add_argument("--gpu-power", type=gpu_power.gpu_power, default=None, metavar="nvml[:0,1]|dcgm=URL",
+    group.add_argument("--gpu-power", type=gpu_power.gpu_power_option, default=None, metavar="nvml[:0,1]|dcgm=URL",
                        include_in_web_ui=False,
                        help="Read the GPUs' energy around every cell: NVML on this machine (every GPU, or those "
                             "listed; needs the extra 'gpu') or a DCGM exporter's /metrics")

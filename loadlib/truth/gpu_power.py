@@ -4,12 +4,13 @@ so that each cell's joules are a counter's change between its edge scrapes, as t
 figures are (read back by `loadlib.truth.energy`).
 
 - `nvml` or `nvml:0,1`: NVML on this machine (the package nvidia-ml-py, the extra `gpu`), every
-  GPU or those named. Each scrape is a page made here (`NvmlMeter.page`) from the GPUs' total
+  GPU or those named. Each scrape is a page made here (`NvmlMeter.read`) from the GPUs' total
   energy counters, their power now, and the highest power a greenlet sampled since the previous
-  scrape (every `SAMPLE_INTERVAL_S`: NVML's power reading is itself a mean over a second or so
-  on current GPUs, so sampling faster finds no higher peak).
-- `dcgm=URL`: a DCGM exporter's page (dcgm-exporter, port 9400 by default), fetched like the
-  server's.
+  scrape, every `SAMPLE_INTERVAL_S`. NVML's power reading (`nvmlDeviceGetPowerUsage`) is a mean
+  over 1 s on Ampere and later GPUs but the A100, as NVML documents it, so sampling faster finds
+  no higher peak there; on an A100 or older it is instantaneous, and a shorter spike can be missed.
+- `dcgm=URL`: a DCGM exporter's page (dcgm-exporter, port 9400 by default), fetched as the
+  server's is, without the target's API key.
 
 `gpu_power_problem` opens the meter once before the run, so that a missing NVML, a GPU that is
 not there or an exporter without the metrics is one line and exit code 2, not a run without its
@@ -52,8 +53,9 @@ class GpuPower:
         return NVML + (":" + ",".join(map(str, self.gpus)) if self.gpus else "")
 
 
-def gpu_power(text: str) -> GpuPower:
-    """argparse type: `nvml`, `nvml:0,1` or `dcgm=URL` (a bare `http://host:port` means its /metrics)."""
+def parse_gpu_power(text: str) -> GpuPower:
+    """`nvml`, `nvml:0,1` or `dcgm=URL` (a bare `http://host:port` means its /metrics); raises
+    ValueError (one line) for anything else."""
     kind, sep, rest = text.strip().partition("=" if text.strip().startswith(DCGM) else ":")
     if kind == NVML and not sep:
         return GpuPower(NVML)
@@ -61,20 +63,30 @@ def gpu_power(text: str) -> GpuPower:
         try:
             gpus = tuple(int(part) for part in rest.split(","))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"nvml:GPUS takes GPU indices like nvml:0,1, got {text!r}") from None
+            raise ValueError(f"nvml:GPUS takes GPU indices like nvml:0,1, got {text!r}") from None
         if min(gpus) < 0 or len(set(gpus)) != len(gpus):
-            raise argparse.ArgumentTypeError(f"nvml:GPUS takes distinct GPU indices from 0, got {text!r}")
+            raise ValueError(f"nvml:GPUS takes distinct GPU indices from 0, got {text!r}")
         return GpuPower(NVML, gpus)
     if kind == DCGM and rest:
         try:
             return GpuPower(DCGM, url=metrics_url(rest))
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"dcgm=URL: {exc}") from None
-    raise argparse.ArgumentTypeError(f"expected nvml, nvml:0,1 or dcgm=URL, got {text!r}")
+            raise ValueError(f"dcgm=URL: {exc}") from None
+    raise ValueError(f"expected nvml, nvml:0,1 or dcgm=URL, got {text!r}")
 
 
-def gpu_power_problem(power: GpuPower) -> str | None:
-    """Why the meter cannot be read now, in one line; None when it can (checked before the run)."""
+def gpu_power_option(text: str) -> str:
+    """argparse type: the meter as `parse_gpu_power` reads it, kept as text (Locust sends the
+    options to its workers as plain values)."""
+    try:
+        return str(parse_gpu_power(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gpu_power_problem(power: str) -> str | None:
+    """Why the meter `--gpu-power` names cannot be read now, in one line; None when it can
+    (checked before the run)."""
     try:
         meter = open_meter(power)
     except GpuPowerError as exc:
@@ -100,14 +112,14 @@ def page_problem(entry: dict[str, Any]) -> str | None:
     return None
 
 
-def meter_description(power: GpuPower, page: dict[str, Any]) -> dict[str, Any]:
+def meter_description(power: str, page: dict[str, Any]) -> dict[str, Any]:
     """What the manifest keeps of the meter: what was asked, and the GPUs its first scrape named
     (index, name, power limit where the page gives it: NVML's enforced limit)."""
     from loadlib.truth import energy
     from loadlib.truth.scrape import parsed
 
-    return {"meter": str(power), "gpus": energy.gpus_on_page(parsed(page, energy.NAMES_READ)),
-            "sample_interval_s": SAMPLE_INTERVAL_S if power.meter == NVML else None}
+    return {"meter": power, "gpus": energy.gpus_on_page(parsed(page, energy.NAMES_READ)),
+            "sample_interval_s": SAMPLE_INTERVAL_S if parse_gpu_power(power).meter == NVML else None}
 
 
 class GpuMeter:
@@ -232,9 +244,10 @@ class NvmlMeter(GpuMeter):
             pass
 
 
-def open_meter(power: GpuPower) -> GpuMeter:
-    """The meter `--gpu-power` asks for, ready to read; raises `GpuPowerError` (one line)."""
-    return NvmlMeter(power.gpus) if power.meter == NVML else DcgmMeter(power.url)
+def open_meter(power: str) -> GpuMeter:
+    """The meter `--gpu-power` names, ready to read; raises `GpuPowerError` (one line)."""
+    asked = parse_gpu_power(power)
+    return NvmlMeter(asked.gpus) if asked.meter == NVML else DcgmMeter(asked.url)
 
 
 def _pynvml() -> Any:

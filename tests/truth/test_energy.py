@@ -20,13 +20,16 @@ from pathlib import Path
 
 import orjson
 import pytest
+from locust.argument_parser import get_parser
+from locust.rpc.protocol import Message
 
 from analysis.report import run_report
 from analysis.rundir import load_run
 from loadlib.figures.energy import energy_table
 from loadlib.report.document import rows
+from loadlib.run import options
 from loadlib.truth import energy, gpu_power
-from loadlib.truth.gpu_power import GpuPower, NvmlMeter, gpu_power_problem
+from loadlib.truth.gpu_power import GpuPower, NvmlMeter, gpu_power_option, gpu_power_problem, parse_gpu_power
 from loadlib.truth.scrape import parsed, read_scrapes
 from loadlib.truth.scraper import Scraper
 from tests.conftest import FAST_SIM, free_port, run_locust, run_locust_together, served
@@ -221,13 +224,13 @@ def test_nvml_reads_only_the_gpus_named(fake_nvml):
 ])
 def test_nvml_that_cannot_be_read_is_one_line(monkeypatch, library, asked, problem):
     monkeypatch.setitem(sys.modules, "pynvml", library)
-    assert gpu_power_problem(gpu_power.gpu_power(asked)) == problem
+    assert gpu_power_problem(asked) == problem
     assert library.started == 0
 
 
 def test_nvml_without_nvidia_ml_py_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` meets where it is not installed
-    assert gpu_power_problem(GpuPower("nvml")) == "nvidia-ml-py is not installed (pip install -e '.[gpu]')"
+    assert gpu_power_problem("nvml") == "nvidia-ml-py is not installed (pip install -e '.[gpu]')"
 
 
 def nvml_starts_here() -> bool:
@@ -244,7 +247,7 @@ def nvml_starts_here() -> bool:
 @pytest.mark.skipif(nvml_starts_here(), reason="this machine has an NVIDIA driver: benchmarks/energy_check.py reads it")
 def test_nvml_on_this_machine_without_a_gpu_is_one_line():
     """The real library (installed with the test extra) on a machine with no NVIDIA driver."""
-    problem = gpu_power_problem(GpuPower("nvml"))
+    problem = gpu_power_problem("nvml")
     assert problem is not None
     assert problem.startswith("NVML did not start (") or problem.startswith("nvidia-ml-py is not installed")
 
@@ -255,14 +258,23 @@ def test_nvml_on_this_machine_without_a_gpu_is_one_line():
     ("dcgm=http://gpu-box:9400/metrics", GpuPower("dcgm", url="http://gpu-box:9400/metrics")),
 ])
 def test_the_option_names_a_meter(text, expected):
-    assert gpu_power.gpu_power(text) == expected
-    assert gpu_power.gpu_power(str(expected)) == expected  # the manifest's spelling reads back
+    assert parse_gpu_power(text) == expected
+    assert gpu_power_option(text) == str(expected) and parse_gpu_power(str(expected)) == expected
 
 
 @pytest.mark.parametrize("text", ["nvidia", "nvml:", "nvml:a", "nvml:0,0", "nvml:-1", "dcgm", "dcgm=", "dcgm=gpu-box"])
 def test_a_misspelt_meter_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        gpu_power.gpu_power(text)
+        gpu_power_option(text)
+
+
+def test_the_option_reaches_workers_as_plain_text():
+    """Locust sends its parsed options to every worker with msgpack, which takes plain values only."""
+    parser = get_parser()
+    options.add_arguments(parser)
+    parsed_options = parser.parse_args(["-f", "locustfile.py", "--gpu-power", "nvml:0,1"])
+    assert parsed_options.gpu_power == "nvml:0,1"
+    Message("spawn", {"parsed_options": vars(parsed_options)}, "master").serialize()
 
 
 # --- a real DCGM-shaped exporter on 127.0.0.1 ----------------------------------------------------
@@ -313,7 +325,7 @@ def exporter():
 
 
 def test_the_scraper_reads_the_exporter_without_the_targets_api_key(tmp_path, exporter):
-    meter = gpu_power.open_meter(GpuPower("dcgm", url=f"{exporter.url}/metrics"))
+    meter = gpu_power.open_meter(f"dcgm={exporter.url}/metrics")
     scraper = Scraper(tmp_path, [meter.source], {"Authorization": "Bearer sk-not-for-the-exporter"})
     seen = len(exporter.headers_seen)
     scraper.scrape("start", {"cell_index": 0, "cell": "c4-same", "case": "same"})
@@ -332,8 +344,8 @@ def test_the_scraper_reads_the_exporter_without_the_targets_api_key(tmp_path, ex
     ("/nothing-here", "HTTP 404"),
 ])
 def test_an_exporter_page_without_the_metrics_is_one_line(exporter, path, problem):
-    assert gpu_power_problem(GpuPower("dcgm", url=exporter.url + path)) == problem
-    assert gpu_power_problem(GpuPower("dcgm", url=exporter.url + "/no-energy")) is None  # power alone will do
+    assert gpu_power_problem(f"dcgm={exporter.url}{path}") == problem
+    assert gpu_power_problem(f"dcgm={exporter.url}/no-energy") is None  # power alone will do
 
 
 # --- end to end: a headless run against the simulator, the GPUs read from the exporter -------------
