@@ -27,6 +27,7 @@ from typing import Any
 
 import gevent
 
+from loadlib.truth.scrape import parsed
 from loadlib.truth.scraper import MetricsSource, fetch_metrics, metrics_url
 
 SAMPLE_INTERVAL_S = 0.25
@@ -92,16 +93,15 @@ def gpu_power_problem(power: str) -> str | None:
     except GpuPowerError as exc:
         return str(exc)
     try:
-        problem = page_problem(meter.read())
+        problem = _page_problem(meter.read())
     finally:
         meter.close()
     return problem
 
 
-def page_problem(entry: dict[str, Any]) -> str | None:
+def _page_problem(entry: dict[str, Any]) -> str | None:
     """What is wrong with a GPU meter's scrape: its error, or a page without the metrics read."""
     from loadlib.truth import energy
-    from loadlib.truth.scrape import parsed
 
     page = parsed(entry, energy.NAMES_READ)
     if page.get("error"):
@@ -116,7 +116,6 @@ def meter_description(power: str, page: dict[str, Any]) -> dict[str, Any]:
     """What the manifest keeps of the meter: what was asked, and the GPUs its first scrape named
     (index, name, power limit where the page gives it: NVML's enforced limit)."""
     from loadlib.truth import energy
-    from loadlib.truth.scrape import parsed
 
     return {"meter": power, "gpus": energy.gpus_on_page(parsed(page, energy.NAMES_READ)),
             "sample_interval_s": SAMPLE_INTERVAL_S if parse_gpu_power(power).meter == NVML else None}

@@ -3,10 +3,11 @@
 `ServerWatch(...).start()` is called once per run by the session (after the driver exists,
 before it starts).
 It hands the target's self-description to the session for the manifest (the session is the
-manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages
-(and the GPUs' power with `--gpu-power`, `loadlib.truth.gpu_power`) at the start and end of every cell and every `--metrics-interval` seconds into `metrics.jsonl`, and
-warns as soon as a cell's server accept length and client tok/chunk disagree. Nothing here may
-stop a run: a failure is recorded or logged, and the run goes on.
+manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any
+`--router-metrics` / `--worker-metrics` pages (and the GPUs' power with `--gpu-power`,
+`loadlib.truth.gpu_power`) at the start and end of every cell and every `--metrics-interval`
+seconds into `metrics.jsonl`, and warns as soon as a cell's server accept length and client
+tok/chunk disagree. Nothing here may stop a run: a failure is recorded or logged, and the run goes on.
 """
 
 from __future__ import annotations
