@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from loadlib.figures import free_running, protocol_tables, scenario_tables
+from loadlib.figures import energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.columns import distinct
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
@@ -28,6 +28,8 @@ from loadlib.report.lost_workers import lost_workers_section
 from loadlib.report.validity import checks_section, judged, run_checks
 from loadlib.report.search import search_section
 from loadlib.scenarios.base import LONG_CONTEXT_KIND
+from loadlib.truth import energy as gpu_energy
+from loadlib.truth.scrape import read_scrapes
 
 
 @dataclass
@@ -85,6 +87,11 @@ def _prefill(run: RunData) -> Section:
     return sections.prefill(protocol_tables.prefill_table(run.df))
 
 
+def _energy(run: RunData) -> Section:
+    scrapes = read_scrapes(run.run_dir, gpu_energy.NAMES_READ, sources=(gpu_energy.GPU_SOURCE,))
+    return sections.energy_section(energy.energy_table(scrapes, run.df))
+
+
 CONTENTS: list[Entry] = [
     Entry(lambda run: search_section(run.manifest, level_table(run.df, run.manifest.get("search"), run.steady_cells))),
     Entry(lambda run: summary.protocol_sections(run.tables), when=_ran_protocol),
@@ -101,6 +108,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
+    Entry(_energy, when=lambda run: run.run_dir is not None),
     Entry(lambda run: checks_section(run.checks),
           when=lambda run: judged(run.run_dir, run.manifest)),
     # the report's own, after the summary

@@ -1,6 +1,7 @@
 """The summary's tables beyond the protocol's (the capacity search's is `loadlib.report.search`): steady state of
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
-and met, TTFT per conversation turn, requests left out of a figure, and the client's own limits.
+and met, TTFT per conversation turn, requests left out of a figure, the client's own limits, and
+the GPUs' energy per cell.
 
 Each function turns one `loadlib.figures` table (or what the manifest kept: the search's result,
 the self-watch) into a section: it labels, formats and orders, it computes nothing. Which sections
@@ -256,3 +257,27 @@ def client_watch_section(manifest: Mapping[str, Any]) -> Section:
             **{f"loop lag {q} ms": text.column(table[f"loop_lag_{q}_s"] * 1000, 1) for q in ("p50", "p99", "max")},
             "samples": text.column(table["samples"], 0),
         }), keys=("process",), optional=True)
+
+
+def energy_section(table: pd.DataFrame) -> Section:
+    """Each GPU's energy per cell and what it cost per completion token (`figures.energy.energy_table`)."""
+    meters = {"nvml": "NVML", "dcgm": "a DCGM exporter"}
+    read_by = " and ".join(sorted({meters.get(m, str(m)) for m in table["meter"]})) or "the GPU meter"
+    samples = ("NVML's sampler" if (table["meter"] == "nvml").any() else "the scrapes")
+    return Section(
+        "energy", f"GPU energy per cell (from {read_by}; J = the energy counter's change between the cell's start and "
+        f"end scrapes, or its power samples integrated where via says so; mean W = J / s; peak W = the highest "
+        f"power sample during the cell, samples = how many ({samples}); J/token and tokens/J over the completion "
+        "tokens of the cell's successful requests; all = every GPU read: J summed, the peak of their summed power)",
+        table, pd.DataFrame({
+            "cell": [f"{cell} {scenario}".strip() for cell, scenario in zip(table["cell"], table["scenario"])],
+            "GPU": table["gpu"].astype(str),
+            "J": text.column(table["joules"], 0),
+            "s": text.column(table["seconds"], 2),
+            "mean W": text.column(table["mean_watts"], 1),
+            "peak W": text.column(table["peak_watts"], 1),
+            "J/token": text.column(table["joules_per_token"], 3),
+            "tokens/J": text.column(table["tokens_per_joule"], 2),
+            "via": [v if isinstance(v, str) else text.MISSING for v in table["energy_via"]],
+            "samples": text.column(table["samples"], 0),
+        }), keys=("cell", "scenario", "gpu"), left=("cell", "GPU", "via"), optional=True)

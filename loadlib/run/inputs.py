@@ -14,6 +14,7 @@ from loadlib.modes.rounds import ROUNDS
 from loadlib.profiles import Profile, ProfileError, load_profile
 from loadlib.run import options
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
+from loadlib.truth.gpu_power import gpu_power_problem
 
 
 def run_profile(opts: Any) -> Profile:
@@ -128,3 +129,12 @@ def check_run_dir_free(requested: str) -> None:
         usage_error(f"--run-dir {requested}: cannot create it: {exc.strerror or exc}")
     if not os.access(path, os.W_OK):
         usage_error(f"--run-dir {requested}: not writable")
+
+
+def check_gpu_power(opts: Any) -> None:
+    """`--gpu-power`'s meter must be readable now (NVML and the GPUs named, or the exporter and its
+    metrics): else the run would measure without the figures it was asked for."""
+    power = getattr(opts, "gpu_power", None)
+    problem = gpu_power_problem(power) if power is not None else None
+    if problem:
+        usage_error(f"--gpu-power {power}: {problem}")

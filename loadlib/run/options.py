@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from loadlib.modes import rounds
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS
+from loadlib.truth import gpu_power
 from loadlib.truth import watch as server_watch
 from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
 
@@ -140,3 +141,8 @@ def add_arguments(parser: Any) -> None:
                        help="Serve the run's live metrics for Prometheus at http://WEB_HOST:PORT/metrics "
                             "(docs/metrics.md)")
     server_watch.add_arguments(group)
+    # energy per cell (docs/server-truth.md#energy-per-cell)
+    group.add_argument("--gpu-power", type=gpu_power.gpu_power_option, default=None, metavar="nvml[:0,1]|dcgm=URL",
+                       include_in_web_ui=False,
+                       help="Read the GPUs' energy around every cell: NVML on this machine (every GPU, or those "
+                            "listed; needs the extra 'gpu') or a DCGM exporter's /metrics")

@@ -32,8 +32,8 @@ from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
 from loadlib.run import metrics_export, options, otel_export
 from loadlib.run.config import RunConfig, request_settings
-from loadlib.run.inputs import (api_key_of, check_run_dir_free, refuse_load_mode_options, refuse_profile_settings,
-                                run_profile, usage_error)
+from loadlib.run.inputs import (api_key_of, check_gpu_power, check_run_dir_free, refuse_load_mode_options,
+                                refuse_profile_settings, run_profile, usage_error)
 from loadlib.run.processes import LocalUsers
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, MODE_MESSAGE,
                                  PID_MESSAGE, LocalSink, ProcessRun, WorkerSink, attach)
@@ -129,6 +129,7 @@ def _checked_inputs(opts: Any, plays_load_modes: bool) -> Any:
     if opts.num_users is not None and opts.num_users < 1:
         usage_error(f"-u/--users: must be at least 1, got {opts.num_users}")
     check_run_dir_free(opts.run_dir)
+    check_gpu_power(opts)
     return profile
 
 

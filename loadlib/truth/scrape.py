@@ -66,9 +66,11 @@ def parsed(entry: dict[str, Any], names: Collection[str] | None = None) -> dict[
     return out
 
 
-def read_scrapes(run_dir: str | os.PathLike[str], names: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
-    """The journal's entries in order, parsed (only the samples of `names`, if given); none when
-    the run has no `metrics.jsonl`. A torn last line (the process was killed mid-write) is skipped.
+def read_scrapes(run_dir: str | os.PathLike[str], names: Collection[str] | None = None,
+                 sources: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The journal's entries in order, parsed (only the samples of `names`, if given; only the
+    entries of `sources`, if given, the others not parsed at all); none when the run has no
+    `metrics.jsonl`. A torn last line (the process was killed mid-write) is skipped.
     """
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -79,4 +81,5 @@ def read_scrapes(run_dir: str | os.PathLike[str], names: Collection[str] | None 
                 entry = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            yield parsed(entry, names)
+            if sources is None or entry.get("source") in sources:
+                yield parsed(entry, names)

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import gevent
@@ -23,8 +23,11 @@ from loadlib.wire.connection import Connection, Endpoint, TransportError
 class MetricsSource:
     """One metrics page: the target itself, the router in front of it, or one worker behind it."""
 
-    name: str  # "target", "router", "worker 1", ...
-    url: str  # the page's full URL
+    name: str  # "target", "router", "worker 1", "gpu", ...
+    url: str  # the page's full URL, or what names a page made in this process (NVML's)
+    # a page the source reads itself, answered as `fetch_metrics` answers: a GPU meter's (NVML's,
+    # made here; an exporter's, asked without the target's API key)
+    read: Callable[[], dict[str, Any]] | None = None
 
 
 def metrics_url(base_url: str) -> str:
@@ -84,7 +87,8 @@ class Scraper:
         """Scrapes every active source at once; returns and journals one entry per source."""
         sources = self.active
         asked = time.time()
-        jobs = [gevent.spawn(fetch_metrics, s.url, self._headers, self._verify_tls, self._timeout_s)
+        jobs = [gevent.spawn(s.read) if s.read else
+                gevent.spawn(fetch_metrics, s.url, self._headers, self._verify_tls, self._timeout_s)
                 for s in sources]
         gevent.joinall(jobs)
         entries = []

@@ -3,10 +3,11 @@
 `ServerWatch(...).start()` is called once per run by the session (after the driver exists,
 before it starts).
 It hands the target's self-description to the session for the manifest (the session is the
-manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any `--router-metrics` / `--worker-metrics` pages at
-the start and end of every cell and every `--metrics-interval` seconds into `metrics.jsonl`, and
-warns as soon as a cell's server accept length and client tok/chunk disagree. Nothing here may
-stop a run: a failure is recorded or logged, and the run goes on.
+manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any
+`--router-metrics` / `--worker-metrics` pages (and the GPUs' power with `--gpu-power`,
+`loadlib.truth.gpu_power`) at the start and end of every cell and every `--metrics-interval`
+seconds into `metrics.jsonl`, and warns as soon as a cell's server accept length and client
+tok/chunk disagree. Nothing here may stop a run: a failure is recorded or logged, and the run goes on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import gevent
 import orjson
 from locust.event import EventHook
 
+from loadlib.truth.gpu_power import GpuMeter, meter_description, open_meter
 from loadlib.truth.probe import SERVER_INFO_FILE, probe_server
 from loadlib.truth.scrape import METRICS_FILE, parsed
 from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
@@ -103,6 +105,8 @@ class ServerWatch:
         self.interval_s = getattr(opts, "metrics_interval", DEFAULT_INTERVAL_S)
         self.sources = metrics_sources(host, getattr(opts, "router_metrics", None),
                                        getattr(opts, "worker_metrics", []))
+        self.gpu_power = getattr(opts, "gpu_power", None)  # checked before the run (`inputs.check_gpu_power`)
+        self.meter: GpuMeter | None = None
         self.note_in_manifest = note_in_manifest
         self.cell_records = cell_records
         self.cell: dict[str, Any] | None = None  # tag of the cell in progress
@@ -118,14 +122,22 @@ class ServerWatch:
             summary, bodies = probe_server(self.host, self.api_key, self.verify_tls)
             (self.run_dir / SERVER_INFO_FILE).write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2))
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            if self.gpu_power is not None:
+                self.meter = open_meter(self.gpu_power)
+                self.sources.append(self.meter.source)
             self.scraper = Scraper(self.run_dir, self.sources, headers, self.verify_tls)
-            self.scraper.scrape("run-start")
+            first = self.scraper.scrape("run-start")
         except Exception:  # noqa: BLE001 - see the docstring
             log.exception("server-side metrics: could not start; the run goes on without them")
+            if self.meter is not None:
+                self.meter.close()
             return False
         self.note_in_manifest("server", {**summary, "info_file": SERVER_INFO_FILE, "metrics": {
             "file": METRICS_FILE, "interval_s": self.interval_s,
             "sources": {s.name: s.url for s in self.sources}, "missing": dict(self.scraper.missing)}})
+        if self.meter is not None:
+            page = next(e for e in first if e["source"] == self.meter.source.name)
+            self.note_in_manifest("gpu_power", meter_description(self.gpu_power, page))
         if self.interval_s > 0 and self.scraper.active:
             self._ticker = gevent.spawn(self._tick)
         for hook, listener in self._hooks:
@@ -167,6 +179,8 @@ class ServerWatch:
             self._ticker.kill(block=False)
         self.scraper.scrape("run-end")
         self.scraper.close()
+        if self.meter is not None:
+            self.meter.close()
 
     def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
         if tag is None:
