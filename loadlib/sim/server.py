@@ -20,7 +20,7 @@ import orjson
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from loadlib.sim import httpio, metrics, tokenizer
+from loadlib.sim import httpio, metrics, server_args, tokenizer
 from loadlib.sim.engine import Engine, SimRequest
 from loadlib.sim.faults import HEADER as FAULT_HEADER
 from loadlib.sim.faults import FaultPicker, Faults
@@ -380,7 +380,8 @@ class SimServer:
                 "enable_cache_report": cfg.enable_cache_report,
                 "speculative_algorithm": cfg.speculative_algorithm,
                 "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
-                "enable_metrics": True, **cfg.extra_server_args}
+                "speculative_dflash_block_size": cfg.speculative_dflash_block_size,
+                "enable_metrics": True, **cfg.server_args}
         state: dict[str, Any] = {"last_gen_throughput": self.engine.gen_throughput(),
                                  "memory_usage": {}}
         accept = self.engine.stats.spec.lifetime_accept_length
@@ -392,6 +393,8 @@ class SimServer:
                 "internal_states": [state],
                 "version": cfg.version,
                 "simulator": {"flavor": cfg.flavor, "time_scale": cfg.time_scale,
+                              "not_modelled": list(cfg.not_modelled),
+                              "draft_cuda_graph": server_args.draft_graph_captured(cfg),
                               "config": dataclasses.asdict(cfg)}}
 
     def _server_info(self) -> bytes:
