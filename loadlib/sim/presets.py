@@ -55,6 +55,9 @@ class SimConfig:
         "code": 6.0, "en_tech": 3.5, "cn_chat": 2.5, "cn_essay": 1.8})
     reasoning_accept: dict[str, float] = field(default_factory=lambda: {
         "code": 3.5, "en_tech": 2.8, "cn_chat": 2.0, "cn_essay": 1.8})
+    # a code prompt's accept means times these, by the language it asks for (content.language)
+    accept_by_language: dict[str, float] = field(default_factory=dict)
+    reasoning_accept_by_language: dict[str, float] = field(default_factory=dict)
     # timing model
     time_scale: float = 1.0
     frontend_s: float = 0.1
@@ -110,6 +113,10 @@ PRESETS: dict[str, SimConfig] = {
         # forward), verify step from decode / steps.
         accept={"code": 6.474, "en_tech": 3.596, "cn_chat": 2.729, "cn_essay": 1.640},
         reasoning_accept={"code": 3.702, "en_tech": 2.829, "cn_chat": 1.922, "cn_essay": 1.695},
+        # the draft accepts the thread's C++17 ring buffer (code_b) less than its Python LRU cache
+        # (code): fitted to the 2-stream different-prompt aggregates (thinking off, and on)
+        accept_by_language={"c++": 0.87},
+        reasoning_accept_by_language={"c++": 0.97},
         frontend_s=0.1,
         admission_delay_s=0.005,
         prefill_step_s=0.03,
