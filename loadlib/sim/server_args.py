@@ -111,8 +111,7 @@ def apply(cfg: SimConfig, args: argparse.Namespace) -> SimConfig:
     if draft is not None or block is not None:  # the command line's pair replaces the preset's
         widths = {"speculative_num_draft_tokens": block if draft is None else draft,
                   "speculative_dflash_block_size": block}
-    cfg = cfg.with_overrides(**{k: v for k, v in given.items()
-                                if k not in reported and k not in widths and k != "speculative_dflash_block_size"})
+    cfg = cfg.with_overrides(**{k: v for k, v in given.items() if k not in reported and k not in widths})
     fields = {k: v for k, v in reported.items() if k in REPORTED_AS_FIELDS}
     extra = {k: v for k, v in reported.items() if k not in REPORTED_AS_FIELDS}
     not_modelled = tuple(flags[0] for flags, _kind in REPORTED if _dest(flags) in reported)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -66,14 +67,15 @@ def scan(lines: Iterable[str]) -> list[str]:
     """The known warnings among `lines`, each once (with how often it appeared), in the order first
     seen: `SERVER: what it means`, e.g. `SGLang: DFLASH draft CUDA graph off: only 0.93 GB free
     (lower --mem-fraction-static)`."""
-    found: dict[int, list] = {}  # KNOWN index -> [text of its first match, count]
+    said: dict[int, str] = {}  # KNOWN index -> what its first match says, in the order seen
+    times: Counter[int] = Counter()
     for line in lines:
         for index, known in enumerate(KNOWN):
             match = known.pattern.search(line)
             if match and known.applies(match):
-                seen = found.setdefault(index, [f"{known.server}: " + known.says.format(*match.groups()), 0])
-                seen[1] += 1
-    return [text if count == 1 else f"{text} ({count} times)" for text, count in found.values()]
+                said.setdefault(index, f"{known.server}: " + known.says.format(*match.groups()))
+                times[index] += 1
+    return [text if times[index] == 1 else f"{text} ({times[index]} times)" for index, text in said.items()]
 
 
 def scan_log(path: str | os.PathLike[str]) -> list[str]:
