@@ -2,7 +2,8 @@
 
 The published figures are the seed thread's (applejuice, 2x RTX 3090 without NVLink, tp=2,
 DFLASH block 8, thinking off): single-stream decode / TTFT / tok-per-chunk per scenario, the
-2-stream code aggregates (same and different prompts), and the cold prefill table. With
+2-stream code aggregates (same and different prompts), and the cold prefill table; the same and
+different aggregates at 4 and 8 streams are printed beside them (the thread has none). With
 `--thinking` the decode tables are compared with the same user's thinking-on run instead. Requests are
 measured the way the thread's reference script measures them (clock before sending, TTFT at the
 first chunk with content, total at `[DONE]`, comp from the usage chunk); simulated durations are
@@ -10,7 +11,7 @@ divided by the time scale, so the table is in real seconds.
 
     python benchmarks/calibrate.py [--preset 3090x2-tp2-dflash] [--time-scale 1]
                                    [--prefill-time-scale 0.2] [--rounds 3] [--thinking]
-                                   [--no-prefill] [--markdown]
+                                   [--streams 2 4 8] [--no-prefill] [--markdown]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from loadlib.scenarios.thread import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS, SAME_PROMPT, different_prompts
 from loadlib.sim import tokenizer
 from loadlib.sim.presets import DEFAULT_PRESET
 from loadlib.sim.process import start_simulator
@@ -85,8 +86,8 @@ def prompt_of(tokens: int) -> str:
     return text + " lorem" * (tokens - framing)
 
 
-def measure(url: str, scale: float, rounds: int, max_tokens: int,
-            thinking: bool) -> list[tuple[str, float, float]]:
+def measure(url: str, scale: float, rounds: int, max_tokens: int, thinking: bool,
+            streams: list[int]) -> list[tuple[str, float | None, float]]:
     single = PUBLISHED_SINGLE_THINKING if thinking else PUBLISHED_SINGLE
     pair = PUBLISHED_PAIR_THINKING if thinking else PUBLISHED_PAIR
     rows = []
@@ -95,14 +96,16 @@ def measure(url: str, scale: float, rounds: int, max_tokens: int,
         rows += [(f"{name} decode t/s", decode, mean([r["decode"] for r in runs])),
                  (f"{name} TTFT s", ttft, mean([r["ttft"] for r in runs])),
                  (f"{name} tok/chunk", tpc, mean([r["tpc"] for r in runs]))]
-    for case, prompts in (("same", ["code", "code"]), ("different", ["code", "code_b"])):
-        aggregates = []
-        for _ in range(rounds):
-            with ThreadPoolExecutor(2) as pool:
-                runs = list(pool.map(
-                    lambda p: stream(url, PROTOCOL_PROMPTS[p], max_tokens, scale, thinking), prompts))
-            aggregates.append(sum(r["comp"] - 1 for r in runs) / max(r["total"] - r["ttft"] for r in runs))
-        rows.append((f"2 streams {case} prompt aggregate t/s", pair[case], mean(aggregates)))
+    for n in streams:
+        for case, prompts in (("same", [SAME_PROMPT] * n), ("different", different_prompts(n))):
+            aggregates = []
+            for _ in range(rounds):
+                with ThreadPoolExecutor(n) as pool:
+                    runs = list(pool.map(
+                        lambda p: stream(url, PROTOCOL_PROMPTS[p], max_tokens, scale, thinking), prompts))
+                aggregates.append(sum(r["comp"] - 1 for r in runs) / max(r["total"] - r["ttft"] for r in runs))
+            rows.append((f"{n} streams {case} prompt aggregate t/s", pair[case] if n == 2 else None,
+                         mean(aggregates)))
     return rows
 
 
@@ -123,22 +126,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--thinking", action="store_true", help="thinking on (the thread's other table)")
+    ap.add_argument("--streams", type=int, nargs="+", default=[2, 4, 8],
+                    help="concurrencies of the same/different aggregates (the thread publishes 2)")
     ap.add_argument("--no-prefill", action="store_true", help="skip the cold prefill table")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args()
-    with start_simulator(["--preset", args.preset, "--time-scale", str(args.time_scale)]) as sim:
-        rows = measure(sim.url, args.time_scale, args.rounds, args.max_tokens, args.thinking)
+    sim_args = ["--preset", args.preset, "--time-scale", str(args.time_scale),
+                "--max-running-requests", str(max([2, *args.streams]))]
+    with start_simulator(sim_args) as sim:
+        rows = measure(sim.url, args.time_scale, args.rounds, args.max_tokens, args.thinking, args.streams)
     if not args.no_prefill:
         with start_simulator(["--preset", args.preset, "--time-scale", str(args.prefill_time_scale)]) as sim:
             rows += measure_prefill(sim.url, args.prefill_time_scale)
     if args.markdown:
         print("| figure | published | simulated | error |\n|---|---:|---:|---:|")
     for label, published, simulated in rows:
-        error = (simulated - published) / published * 100
-        if args.markdown:
-            print(f"| {label} | {published:,.3f} | {simulated:,.3f} | {error:+.1f}% |")
+        if published is None:
+            shown, error = "-", "-"
         else:
-            print(f"{label:<42} {published:>10.3f} {simulated:>10.3f} {error:>+7.1f}%")
+            shown, error = f"{published:,.3f}", f"{(simulated - published) / published * 100:+.1f}%"
+        if args.markdown:
+            print(f"| {label} | {shown} | {simulated:,.3f} | {error} |")
+        else:
+            print(f"{label:<42} {shown:>10} {simulated:>10.3f} {error:>8}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ computed by the function the report already uses for it:
 - SLO met: the share of the steady windows' requests that met the goodput SLO (the steady-state
   table's attainment, pooled over the cells by their requests);
 - accept length: the client's tok/chunk (`server_figures.client_tok_per_chunk`, stream-chunk
-  basis) and, where the server's /metrics were scraped, its own accept length per verify step.
+  basis) and, where the server's /metrics were scraped, its own accept length per verify step;
+- warnings: the known performance warnings in its server's log (`loadlib.sweep.known_warnings`,
+  read by the sweep into its entry).
 
 A configuration's records, and the figures of them its own sections show too (its steady-state
 table, its cells' steady windows), are those its report computed once for its server
@@ -41,7 +43,8 @@ from loadlib.truth.scrape import read_scrapes
 SWEEP_COLUMNS = ["label", "config", "status", "n", "failed", "capacity", "capacity_variable", "capacity_rps",
                  "decode_p50_tps", "decode_p50_ci_low", "decode_p50_ci_high", "steady_decode_tps",
                  "ttft_p50_s", "ttft_p50_ci_low", "ttft_p50_ci_high", "ttft_p90_s", "ttft_p90_ci_low",
-                 "ttft_p90_ci_high", "slo_met", "tok_per_chunk", "accept_length", "log_tail"]
+                 "ttft_p90_ci_high", "slo_met", "tok_per_chunk", "accept_length", "warnings", "log_tail"]
+FIGURES = SWEEP_COLUMNS[5:-2]  # NaN where a configuration has none
 
 
 class Measured(Protocol):
@@ -90,9 +93,10 @@ def compared(runs: Iterable[ConfigRun]) -> list[ConfigRun]:
 
 def sweep_table(runs: Sequence[ConfigRun]) -> pd.DataFrame:
     """One row per configuration, `SWEEP_COLUMNS` (see the module's doc): a configuration that did
-    not serve has its status, its log tail and no figures."""
+    not serve has its status, its log's warnings and tail, and no figures."""
     rows = [{"label": run.label, "config": dict(run.entry.get("config") or {}), "status": run.status,
-             **config_figures(run), "log_tail": list(run.entry.get("log_tail") or [])}
+             **config_figures(run), "warnings": list(run.entry.get("warnings") or []),
+             "log_tail": list(run.entry.get("log_tail") or [])}
             for run in runs]
     return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
 
@@ -100,7 +104,7 @@ def sweep_table(runs: Sequence[ConfigRun]) -> pd.DataFrame:
 def config_figures(run: ConfigRun) -> dict[str, Any]:
     """The figures of one configuration (NaN where it has none)."""
     df, measured = run.records, run.measured
-    figures: dict[str, Any] = {name: math.nan for name in SWEEP_COLUMNS[5:-1]}
+    figures: dict[str, Any] = {name: math.nan for name in FIGURES}
     figures.update(n=len(df), failed=int((~df["ok"]).sum()) if len(df) else 0, capacity_variable=None)
     cells = measured.steady_cells if measured is not None else None
     figures.update(capacity_figures(df, run.entry.get("search"), cells))
@@ -145,7 +149,7 @@ def capacity_figures(df: pd.DataFrame, search: Mapping[str, Any] | None,
 
 def sweep_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     """The table as `report --json`'s `"sweep"`: `{"config": {...}, "label", "status", ...figures...,
-    "log_tail": [...]}` per configuration, NaN as None."""
+    "warnings": [...], "log_tail": [...]}` per configuration, NaN as None."""
     first = ["config", "label", "status"]
     ordered = table[[*first, *(name for name in table.columns if name not in first)]]
     return ordered.astype(object).where(ordered.notna(), None).to_dict("records")

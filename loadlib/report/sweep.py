@@ -47,15 +47,18 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
         "SLO met": [text.percent(v) for v in table["slo_met"]],
         "tok/chunk": text.column(table["tok_per_chunk"], 2),
         "accept len": text.column(table["accept_length"], 2),
+        "warnings": ["; ".join(found) or text.MISSING for found in table["warnings"]],
     })
-    empty = [name for name in view.columns[4:] if (view[name] == text.MISSING).all()]
+    view = view.drop(columns=[name for name in view.columns[4:] if (view[name] == text.MISSING).all()])
+    left = tuple(name for name in ("configuration", "status", "warnings") if name in view)
     return Section(
         "sweep", "Server sweep (one row per configuration, in the order run; capacity = the search's best level "
         "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all streams = "
         "steady-state decode t/s of the busiest free-running cell; SLO met = steady-window requests meeting "
         f"TTFT <= {slo.ttft_s:g} s and decode >= {slo.decode_tps:g} t/s; tok/chunk = client, Σcomp/Σchunks; "
-        "accept len = the server's tokens per verify step)",
-        table, view.drop(columns=empty), keys=("label",), left=("configuration", "status"))
+        "accept len = the server's tokens per verify step; warnings = known performance warnings in its "
+        "server's log)",
+        table, view, keys=("label",), left=left)
 
 
 def logs_section(table: pd.DataFrame) -> Section:

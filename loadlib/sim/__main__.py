@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import gevent
 
+from loadlib.sim import server_args
 from loadlib.sim.faults import FaultPicker, parse_spec
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS, SimConfig
 from loadlib.sim.server import SimServer
@@ -40,6 +41,14 @@ def _above_zero(convert: Callable[[str], float]) -> Callable[[str], float]:
 positive_int, positive_float = _above_zero(int), _above_zero(float)
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a number above 0 and below 1."""
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and below 1, got {value}")
+    return value
+
+
 def _fault(text: str):
     try:
         return parse_spec(text)
@@ -65,32 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inject a fault into SHARE of the requests (repeatable; see loadlib/sim/faults.py); "
                         "requests can also ask with the header X-Sim-Fault: KIND[=VALUE]")
     p.add_argument("--fault-seed", type=int, default=0, help="seed of the fault share draws")
-    g = p.add_argument_group("engine (SGLang launch flags; override the preset)")
-    g.add_argument("--max-running-requests", type=positive_int)
-    g.add_argument("--chunked-prefill-size", type=int)
-    g.add_argument("--max-prefill-tokens", type=positive_int)
-    g.add_argument("--context-length", type=positive_int)
-    g.add_argument("--speculative-num-draft-tokens", type=positive_int,
-                   help="draft block size: a verify step yields 1..N tokens")
-    g.add_argument("--page-size", type=positive_int)
-    g.add_argument("--stream-interval", type=positive_int,
-                   help="stream output every N decode steps (merges steps into one chunk)")
-    g.add_argument("--decode-log-interval", type=positive_int,
-                   help="decode batches between decode logs, which set the spec_accept_length gauge")
-    g.add_argument("--radix-cache-tokens", type=positive_int, help="radix cache capacity (tokens)")
-    g.add_argument("--disable-radix-cache", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--enable-cache-report", action=argparse.BooleanOptionalAction, default=None,
-                   help="report usage.prompt_tokens_details.cached_tokens (the preset turns it on)")
+    server_args.add_modelled(p.add_argument_group("engine (SGLang launch flags; override the preset)"),
+                             positive_int, fraction)
+    server_args.add_reported(p.add_argument_group(
+        "SGLang launch flags accepted and reported in /get_server_info, not modelled"))
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    return PRESETS[args.preset].with_overrides(**vars(args))
+    return server_args.apply(PRESETS[args.preset], args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
+    try:
+        server_args.check(cfg)
+    except ValueError as exc:  # SGLang's launch_server ends on this ValueError, exit status 1
+        print(f"ValueError: {exc}", file=sys.stderr)
+        return 1
+    if cfg.not_modelled:
+        print(f"loadlib.sim: accepted but not modelled: {', '.join(cfg.not_modelled)}", file=sys.stderr)
+    for line in server_args.startup_warnings(cfg):
+        print(line, file=sys.stderr)
     trace = TraceWriter(args.trace) if args.trace else None
     servers = []
     try:

@@ -25,6 +25,21 @@ _CODE = re.compile(
     r"javascript|sql|script|program|json|regex|bash)\b|```|def |#include", re.IGNORECASE)
 
 
+# The programming language a code prompt asks for: the draft predicts some better than others.
+# The first that matches names it (C++ before C).
+_LANGUAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("c++", re.compile(r"c\+\+", re.IGNORECASE)), ("python", re.compile(r"\bpython\b", re.IGNORECASE)),
+    ("rust", re.compile(r"\brust\b", re.IGNORECASE)), ("go", re.compile(r"\b(golang|go)\b", re.IGNORECASE)),
+    ("java", re.compile(r"\bjava\b", re.IGNORECASE)), ("typescript", re.compile(r"\btypescript\b", re.IGNORECASE)),
+    ("javascript", re.compile(r"\bjavascript\b", re.IGNORECASE)), ("c", re.compile(r"\bC\b")))
+
+
+def language(text: str) -> str | None:
+    """The programming language a prompt names (`c++`, `python`, `rust`, `go`, `java`,
+    `typescript`, `javascript`, `c`), None when it names none of them."""
+    return next((name for name, pattern in _LANGUAGES if pattern.search(text)), None)
+
+
 def classify(text: str) -> str:
     """The content domain of a prompt: `code`, `en_tech`, `cn_chat` or `cn_essay`."""
     visible = len(text) - text.count(" ")

@@ -209,9 +209,12 @@ class Engine:
         cap = min(max_tokens if max_tokens is not None else natural, room)
         limit, finish = (natural, "stop") if natural <= cap and not forced else (cap, "length")
         block = cfg.speculative_num_draft_tokens
+        lang = content.language(texts["user"]) if domain == "code" else None
         return SimRequest(rid, ids, output, limit, finish,
-                          accept_cdf(cfg.accept.get(answer_domain, 2.0), block),
-                          accept_cdf(cfg.reasoning_accept.get(domain, 2.0), block),
+                          accept_cdf(cfg.accept.get(answer_domain, 2.0)
+                                     * (1.0 if functions else cfg.accept_by_language.get(lang, 1.0)), block),
+                          accept_cdf(cfg.reasoning_accept.get(domain, 2.0)
+                                     * cfg.reasoning_accept_by_language.get(lang, 1.0), block),
                           random.Random(rng_seed ^ 0x5EED))
 
     def submit(self, req: SimRequest) -> None:

@@ -50,10 +50,14 @@ class SimConfig:
     # speculative decoding
     speculative_algorithm: str = "DFLASH"
     speculative_num_draft_tokens: int = 8
+    speculative_dflash_block_size: int | None = None  # DFLASH: equal to the draft tokens (server_args.check)
     accept: dict[str, float] = field(default_factory=lambda: {
         "code": 6.0, "en_tech": 3.5, "cn_chat": 2.5, "cn_essay": 1.8})
     reasoning_accept: dict[str, float] = field(default_factory=lambda: {
         "code": 3.5, "en_tech": 2.8, "cn_chat": 2.0, "cn_essay": 1.8})
+    # a code prompt's accept means times these, by the language it asks for (content.language)
+    accept_by_language: dict[str, float] = field(default_factory=dict)
+    reasoning_accept_by_language: dict[str, float] = field(default_factory=dict)
     # timing model
     time_scale: float = 1.0
     frontend_s: float = 0.1
@@ -71,12 +75,16 @@ class SimConfig:
     thinking_span: int = 640
     # what the chat template does when a request sends no enable_thinking (Qwen3's thinks)
     thinking_default: bool = True
-    # launch flags reported by /get_server_info (informational)
+    # memory (server_args.py's model): whether the DFLASH draft's CUDA graph fits
+    mem_fraction_static: float = 0.9
+    gpu_memory_gib: float = 80.0
+    non_static_memory_gib: float = 0.5  # in use outside the static pool before the draft graph
+    # launch flags reported by /get_server_info, not modelled
     tp_size: int = 1
     model_path: str = "default"
     kv_cache_dtype: str = "auto"
-    mem_fraction_static: float = 0.9
-    extra_server_args: dict[str, Any] = field(default_factory=dict)
+    server_args: dict[str, Any] = field(default_factory=dict)
+    not_modelled: tuple[str, ...] = ()  # the command line's flags that change nothing simulated
 
     def with_overrides(self, **overrides: Any) -> "SimConfig":
         known = {f.name for f in fields(self)}
@@ -92,7 +100,12 @@ PRESETS: dict[str, SimConfig] = {
         version="0.5.19.dev990-sim",
         tp_size=2,
         kv_cache_dtype="fp8_e5m2",
+        speculative_dflash_block_size=8,
         mem_fraction_static=0.93,
+        # a 24 GB card; 0.51 GB in use outside the static pool is the thread's own figure: at
+        # --mem-fraction-static 0.94 only 0.93 GB were left for the DFLASH draft's CUDA graph
+        gpu_memory_gib=24.0,
+        non_static_memory_gib=0.51,
         enable_cache_report=True,
         # fitted by benchmarks/calibrate.py's method: accept means so that the protocol prompts'
         # tok/chunk match (thinking off and on), prefill terms by least squares over the cold
@@ -100,6 +113,10 @@ PRESETS: dict[str, SimConfig] = {
         # forward), verify step from decode / steps.
         accept={"code": 6.474, "en_tech": 3.596, "cn_chat": 2.729, "cn_essay": 1.640},
         reasoning_accept={"code": 3.702, "en_tech": 2.829, "cn_chat": 1.922, "cn_essay": 1.695},
+        # the draft accepts the thread's C++17 ring buffer (code_b) less than its Python LRU cache
+        # (code): fitted to the 2-stream different-prompt aggregates (thinking off, and on)
+        accept_by_language={"c++": 0.87},
+        reasoning_accept_by_language={"c++": 0.97},
         frontend_s=0.1,
         admission_delay_s=0.005,
         prefill_step_s=0.03,
@@ -108,9 +125,10 @@ PRESETS: dict[str, SimConfig] = {
         verify_step_s=0.0259,
         verify_extra_req_s=0.0038,
         verify_ctx_token_s=2e-8,
-        extra_server_args={
+        server_args={  # the rest of the thread's launch line, reported only
             "speculative_draft_model_path": "/path/to/Qwen3.8-27B-DFlash2",
-            "speculative_dflash_block_size": 8,
+            "trust_remote_code": True,
+            "max_mamba_cache_size": 10,
             "reasoning_parser": "qwen3",
             "tool_call_parser": "qwen3_coder",
             "sampling_backend": "pytorch",

@@ -21,13 +21,14 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.server import StreamServer
 
-from loadlib.sim import httpio, metrics, tokenizer
+from loadlib.sim import httpio, metrics, server_args, tokenizer
 from loadlib.sim.engine import Engine, SimRequest
 from loadlib.sim.faults import HEADER as FAULT_HEADER
 from loadlib.sim.faults import FaultPicker, Faults
 from loadlib.sim.presets import SimConfig
 from loadlib.sim.trace import TraceWriter
 from loadlib.sim.wire import SHAPES, llamacpp_timings
+from loadlib.wire.flavours import FLAVOURS
 
 _PEEK = _socket.MSG_PEEK | _socket.MSG_DONTWAIT
 _FIRST, _LAST, _DONE = 1, 2, 4  # which trace timestamps a queued write still owes
@@ -289,6 +290,7 @@ class SimServer:
         self.faults = faults or FaultPicker(())
         self._shape = SHAPES[cfg.flavor]
         self._gates: dict[int, BoundedSemaphore] = {}
+        self._gets = {**self._GETS, **self._INFO_GETS[cfg.flavor]}
         self._server = StreamServer((host, port), self._handle)
         self._host = host
 
@@ -345,8 +347,10 @@ class SimServer:
             if method != "POST":
                 return self._send(sock, self._json(405, {"detail": "Method Not Allowed"}))
             return self._chat(sock, request)
-        if method == "GET" and path in self._GETS:
-            return self._send(sock, self._GETS[path](self))
+        if method == "GET" and path in self._gets:
+            return self._send(sock, self._gets[path](self))
+        if self.cfg.flavor != "sglang":  # SGLang's own endpoints follow
+            return self._send(sock, self._json(404, {"detail": "Not Found"}))
         if path == "/flush_cache" and method in ("GET", "POST"):
             ok = self.engine.flush_cache()
             return self._send(sock, httpio.response(200 if ok else 400, _FLUSH_MESSAGE,
@@ -358,13 +362,23 @@ class SimServer:
     # --- informational endpoints ------------------------------------------------------------------
 
     def _health(self) -> bytes:
+        if self.cfg.flavor == "llamacpp":
+            return self._json(200, {"status": "ok"})
         return httpio.response(200, b"", b"text/plain; charset=utf-8")
 
     def _models(self) -> bytes:
         name = self.cfg.served_model_name
         return self._json(200, {"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+            "id": name, "object": "model", "created": int(time.time()),
+            "owned_by": FLAVOURS[self.cfg.flavor].probes.owned_by,
             "root": name, "parent": None, "max_model_len": self.cfg.context_length}]})
+
+    def simulator_info(self) -> dict[str, Any]:
+        """What every flavour's info endpoint adds: the simulator's settings and the command
+        line's flags that it accepted but does not model."""
+        cfg = self.cfg
+        return {"flavor": cfg.flavor, "time_scale": cfg.time_scale, "not_modelled": list(cfg.not_modelled),
+                "draft_cuda_graph": server_args.draft_graph_captured(cfg), "config": dataclasses.asdict(cfg)}
 
     def server_info(self) -> dict[str, Any]:
         """Server args as SGLang names them, plus scheduler limits and internal states."""
@@ -382,7 +396,8 @@ class SimServer:
                 "enable_cache_report": cfg.enable_cache_report,
                 "speculative_algorithm": cfg.speculative_algorithm,
                 "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
-                "enable_metrics": True, **cfg.extra_server_args}
+                "speculative_dflash_block_size": cfg.speculative_dflash_block_size,
+                "enable_metrics": True, **cfg.server_args}
         state: dict[str, Any] = {"last_gen_throughput": self.engine.gen_throughput(),
                                  "memory_usage": {}}
         accept = self.engine.stats.spec.lifetime_accept_length
@@ -393,11 +408,24 @@ class SimServer:
                 "max_req_input_len": cfg.context_length - 1,
                 "internal_states": [state],
                 "version": cfg.version,
-                "simulator": {"flavor": cfg.flavor, "time_scale": cfg.time_scale,
-                              "config": dataclasses.asdict(cfg)}}
+                "simulator": self.simulator_info()}
 
     def _server_info(self) -> bytes:
         return self._json(200, self.server_info())
+
+    def _version(self) -> bytes:
+        """vLLM's /version."""
+        return self._json(200, {"version": self.cfg.version, "simulator": self.simulator_info()})
+
+    def _props(self) -> bytes:
+        """llama-server's /props: its slots, context and build."""
+        cfg = self.cfg
+        return self._json(200, {
+            "default_generation_settings": {"id": 0, "n_ctx": cfg.context_length, "speculative": True,
+                                            "params": {"speculative.n_max": cfg.speculative_num_draft_tokens - 1}},
+            "total_slots": cfg.max_running_requests, "model_path": cfg.model_path,
+            "build_info": f"b0-{cfg.version}", "modalities": {"vision": False, "audio": False},
+            "simulator": self.simulator_info()})
 
     def _model_info(self) -> bytes:
         return self._json(200, {"model_path": self.cfg.model_path,
@@ -410,9 +438,12 @@ class SimServer:
         return httpio.response(200, metrics.render(self.engine),
                                b"text/plain; version=0.0.4; charset=utf-8")
 
-    _GETS = {"/health": _health, "/v1/models": _models, "/get_server_info": _server_info,
-             "/server_info": _server_info, "/get_model_info": _model_info,
-             "/model_info": _model_info, "/metrics": _metrics}
+    _GETS = {"/health": _health, "/v1/models": _models, "/metrics": _metrics}
+    _INFO_GETS = {  # each flavour's own info endpoints (loadlib/wire/flavours.py's Probes)
+        "sglang": {"/get_server_info": _server_info, "/server_info": _server_info,
+                   "/get_model_info": _model_info, "/model_info": _model_info},
+        "vllm": {"/version": _version},
+        "llamacpp": {"/props": _props}}
 
     def _health_generate(self) -> bytes:
         """Runs a one-token generation through the engine, as SGLang's probe does."""

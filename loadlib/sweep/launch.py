@@ -10,6 +10,8 @@ A configuration that cannot serve is a value, not an exception: `launch` returns
 - `unhealthy`: not healthy within `ready_timeout_s`; the tool stopped it;
 - `died`: healthy, then ended before `stop()` (found by `alive()` or at `stop()`).
 
+Its row (`entry`) also lists the known performance warnings its log holds (`known_warnings`).
+
 No server outlives the tool: each starts in its own session and process group (so a terminal's
 Ctrl-C reaches the tool, which stops it, and `stop()` reaches its own children too); on Linux it
 asks the kernel (`prctl(PR_SET_PDEATHSIG, SIGKILL)`) to be killed when the tool's thread that
@@ -33,6 +35,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
+
+from loadlib.sweep.known_warnings import scan_log
 
 if TYPE_CHECKING:  # the report reads this module's statuses without loading the profile schema
     from loadlib.sweep.grid import ServerConfig
@@ -111,7 +115,8 @@ class RunningServer:
     def entry(self) -> dict[str, Any]:
         """Its row of the manifest's `sweep` list (what `loadlib.figures.sweep` reads)."""
         return {"label": self.config.label, "config": dict(self.config.values), "status": self.status,
-                "log_tail": self.log_tail(), "host": self.host, "pid": self.pid, "command": self.config.command,
+                "log_tail": self.log_tail(), "warnings": scan_log(self.log_path),
+                "host": self.host, "pid": self.pid, "command": self.config.command,
                 "log": self.log_path.name, "returncode": self.returncode, "started_at": self.started_at,
                 "ready_s": self.ready_s, "ended_at": self.ended_at}
 

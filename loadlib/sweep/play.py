@@ -23,6 +23,7 @@ from loadlib.modes.base import Coordination, DriverOfDrivers, LoadMode, Phase
 from loadlib.profiles import TargetSpec
 from loadlib.scenarios.base import Cell
 from loadlib.sweep.grid import ServerConfig, configurations
+from loadlib.sweep.known_warnings import scan_log
 from loadlib.sweep.launch import DIED, OK, RunningServer, launch, log_tail
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class SweepDriver(DriverOfDrivers):
     def _note(self, server: RunningServer, stopped: str | None = None) -> None:
         row = {**server.entry(), **self._found}
         self._found = {}
+        for warning in row["warnings"]:
+            log.warning("sweep: %s: %s", server.config.label, warning)
         if stopped and row["status"] == OK:
             row.update(status=STOPPED, reason=stopped)
         self.rows.append(row)
@@ -127,9 +130,10 @@ class SweepDriver(DriverOfDrivers):
         is stopped when the tool exits (`launch`), its row written now."""
         config = self.launching
         if config is not None:
+            path = self.logs / f"{config.label}.log"
             self.rows.append({"label": config.label, "config": dict(config.values), "status": STOPPED,
                               "reason": "the test ended while its server was starting",
-                              "log_tail": log_tail(self.logs / f"{config.label}.log")})
+                              "log_tail": log_tail(path), "warnings": scan_log(path)})
             self.run.note("sweep", self.rows)
             return
         server = self.server

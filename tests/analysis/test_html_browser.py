@@ -24,7 +24,8 @@ PARTS = ("top", "what", "verdicts", "tables", "timeline", "distributions", "aggr
 # The built-in simulator as the sweep's server, at 20x: two draft sizes that serve and one it refuses
 # (draft 0: it exits before it is healthy), under a tiny protocol load.
 SWEEP = TINY_ROUNDS + """[server]
-command = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --speculative-num-draft-tokens {draft}"
+command = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --speculative-num-draft-tokens {draft} \
+  --mem-fraction-static 0.94"
 ready_timeout_s = 20
 stop_grace_s = 2
 [server.grid]
@@ -164,6 +165,11 @@ def test_page_of_a_sweep_shows_its_table_logs_and_chart_as_report_json(sweep_run
     shown = [(row[columns.index("configuration")], row[columns.index("status")], int(row[columns.index("n")]))
              for row in rows]
     assert shown == [(r["label"], r["status"], r["n"]) for r in report["sweep"]] and shown[0][2] > 0
+    # 0.94 leaves the DFLASH draft's CUDA graph no room: the servers' logs say so, their rows too
+    warned = browser_page.locator("table[data-section=sweep] tbody tr").evaluate_all(
+        f"rs => rs.map(r => [r.cells[{columns.index('warnings')}].innerText, r.cells[{columns.index('warnings')}].className])")
+    assert [(text.startswith("SGLang: DFLASH draft CUDA graph off: only 0.93 GB free"), "bad" in cls)
+            for text, cls in warned] == [(True, True), (True, True), (False, False)]
     logs = browser_page.locator("table[data-section=sweep_logs] tbody tr").all_inner_texts()
     assert len(logs) == 1 and "draft=0" in logs[0] and "must be above 0" in logs[0]  # the simulator's own refusal
     drawn = browser_page.locator("[data-part=sweep-charts] [data-chart]").evaluate_all(

@@ -19,23 +19,27 @@ from loadlib.records import read_records
 from tests.conftest import LOCUSTFILE, TINY_ROUNDS, TINY_SEARCH, free_port, run_locust
 
 SIM = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale {ts}"
+DFLASH = "--mem-fraction-static {mem} --speculative-num-draft-tokens 8 --speculative-dflash-block-size {block}"
 SWEEP = TINY_ROUNDS + f"""
 [server]
-command = "timeout -s KILL {{life}} {SIM}"
+command = "timeout -s KILL {{life}} {SIM} {DFLASH}"
 ready_timeout_s = 20
 stop_grace_s = 2
 [[server.configs]]
 label = "fast"
-values = {{ ts = 0.05, life = 600 }}
+values = {{ ts = 0.05, life = 600, mem = 0.94, block = 8 }}
 [[server.configs]]
 label = "broken"
-values = {{ ts = "nope", life = 600 }}
+values = {{ ts = "nope", life = 600, mem = 0.9, block = 8 }}
+[[server.configs]]
+label = "mismatch"
+values = {{ ts = 0.05, life = 600, mem = 0.9, block = 4 }}
 [[server.configs]]
 label = "dies"
-values = {{ ts = 3.0, life = 4 }}
+values = {{ ts = 3.0, life = 4, mem = 0.9, block = 8 }}
 [[server.configs]]
 label = "after"
-values = {{ ts = 0.05, life = 600 }}
+values = {{ ts = 0.05, life = 600, mem = 0.9, block = 8 }}
 """
 SLOW = TINY_ROUNDS + f"""
 [server]
@@ -65,9 +69,13 @@ def test_bad_configurations_are_rows_and_the_sweep_goes_on(sweep):
     result, manifest, report, _run_dir = sweep
     assert result.returncode == 1, result.stderr[-3000:]  # Locust's exit code: requests failed (the dying server's)
     rows = {row["label"]: row for row in manifest["sweep"]}
-    assert [row["label"] for row in manifest["sweep"]] == ["fast", "broken", "dies", "after"]
-    assert [rows[label]["status"] for label in rows] == ["ok", "exited", "died", "ok"]
+    assert [row["label"] for row in manifest["sweep"]] == ["fast", "broken", "mismatch", "dies", "after"]
+    assert [rows[label]["status"] for label in rows] == ["ok", "exited", "exited", "died", "ok"]
     assert any("--time-scale" in line for line in rows["broken"]["log_tail"]), rows["broken"]["log_tail"]
+    # what SGLang refuses, the simulator refuses with its message: a row that did not serve
+    assert rows["mismatch"]["log_tail"][-1] == (
+        "ValueError: Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they "
+        "differ. For DFLASH they must match. speculative_num_draft_tokens=8, speculative_dflash_block_size=4.")
     assert rows["dies"]["returncode"] in (-9, 137)  # SIGKILLed (by `timeout`) during its load
     assert [(row["label"], row["status"]) for row in report["sweep"]] == \
         [(label, rows[label]["status"]) for label in rows]
@@ -82,7 +90,7 @@ def test_each_configuration_keeps_its_label_and_workers_share_its_load(sweep):
         own = [r for r in measured if r["target"] == label]
         assert len(own) == 2 + 2 * 2 * 2 and not any(r["error"] for r in own)  # single x2, c2 x2 cells x2 rounds
         assert {r["worker"] for r in own} == {0, 1}
-    assert not any(r["target"] == "broken" for r in records)
+    assert not any(r["target"] in ("broken", "mismatch") for r in records)
     assert {row["run_b"] for row in report["verdicts"]} == {"after"}  # against fast; a dead server is not judged
 
 
@@ -92,9 +100,26 @@ def test_the_summary_has_the_sweep_table_and_no_server_outlives_the_run(sweep):
     summary = (run_dir / "summary.txt").read_text()
     assert "Server sweep (one row per configuration" in summary and "Configurations that did not serve" in summary
     assert "Verdicts against fast" in result.stdout
-    assert sorted(p.name for p in (run_dir / "servers").iterdir()) == ["after.log", "broken.log", "dies.log", "fast.log"]
+    assert sorted(p.name for p in (run_dir / "servers").iterdir()) == ["after.log", "broken.log", "dies.log", "fast.log",
+                                                                        "mismatch.log"]
     for row in manifest["sweep"]:
         assert row["pid"] is None or not _running(row["pid"]), row
+
+
+@pytest.mark.processes
+def test_a_known_performance_warning_in_a_servers_log_is_in_its_row(sweep):
+    """--mem-fraction-static 0.94 leaves the DFLASH draft's CUDA graph no room (the thread's line,
+    which the simulator logs too): the row of that configuration says so, the others do not."""
+    result, manifest, report, run_dir = sweep
+    flagged = "SGLang: DFLASH draft CUDA graph off: only 0.93 GB free (lower --mem-fraction-static)"
+    rows = {row["label"]: row for row in manifest["sweep"]}
+    assert rows["fast"]["warnings"] == [flagged] and rows["after"]["warnings"] == []
+    assert {row["label"]: row["warnings"] for row in report["sweep"]}["fast"] == [flagged]
+    table = (run_dir / "summary.txt").read_text().split("Server sweep (")[1].split("\n\n")[0].splitlines()
+    assert table[1].split()[-1] == "warnings"
+    assert table[2].startswith("  fast ") and table[2].endswith(flagged)
+    assert next(line for line in table if line.startswith("  after ")).endswith(" -")
+    assert f"sweep: fast: {flagged}" in result.stderr
 
 
 def _running(pid: int) -> bool:

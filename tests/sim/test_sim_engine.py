@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sim_http import chat, chat_payload, metric, read_trace, request
 
-from loadlib.scenarios.thread import PROTOCOL_PROMPTS
+from loadlib.scenarios.thread import PROTOCOL_PROMPTS, different_prompts
 from loadlib.sim.process import start_simulator
 
 
@@ -128,3 +128,29 @@ def test_a_client_that_hangs_up_while_queued_is_aborted(traced):
             time.sleep(0.01)
         assert [f.result().usage["completion_tokens"] for f in busy] == [1024, 1024]
     assert aborted() == before + 1
+
+
+def round_aggregate(url: str, path, prompts: list[str]) -> float:
+    """One round of the protocol's N streams, its aggregate from the simulator's own trace:
+    Σ(comp - 1) / the longest decode (first token to last byte)."""
+    ids = [f"round-{uuid.uuid4().hex[:8]}" for _ in prompts]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        list(pool.map(lambda job: chat(url, chat_payload(PROTOCOL_PROMPTS[job[1]], max_tokens=512),
+                                       headers={"X-Request-Id": job[0]}), zip(ids, prompts)))
+    trace = read_trace(path, *ids)
+    return (sum(trace[i]["completion_tokens"] - 1 for i in ids)
+            / max(trace[i]["done_at"] - trace[i]["first_token_at"] for i in ids))
+
+
+@pytest.mark.processes
+def test_the_same_prompt_beats_different_prompts_at_every_concurrency(tmp_path):
+    # As in every table of the thread: identical drafts keep the same prompt's streams in lock step,
+    # while different prompts wait for the one the draft predicts worst (code_b, C++, accepts less).
+    path = tmp_path / "trace.jsonl"
+    with start_simulator(["--time-scale", "0.1", "--max-running-requests", "8", "--trace", str(path)]) as sim:
+        for n in (2, 4, 8):
+            same = round_aggregate(sim.url, path, ["code"] * n)
+            different = round_aggregate(sim.url, path, different_prompts(n))
+            assert same > different * 1.015, (n, same, different)
+        code, code_b = (chat(sim.url, chat_payload(PROTOCOL_PROMPTS[name], max_tokens=512)) for name in ("code", "code_b"))
+        assert 512 / len(code.token_chunks) > 512 / len(code_b.token_chunks) * 1.05  # tok/chunk

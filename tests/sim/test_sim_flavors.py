@@ -9,6 +9,7 @@ from loadlib.scenarios.corpus import tools
 from loadlib.sim.metrics import PAGES
 from loadlib.sim.process import start_simulator
 from loadlib.sim.wire import SHAPES
+from loadlib.truth.probe import probe_server
 from loadlib.truth.scrape import parse_metrics
 from loadlib.wire.flavours import FLAVOURS
 from loadlib.wire.sse import parse_stream
@@ -146,3 +147,17 @@ def test_vllm_counts_tokens_as_they_are_made_and_requests_when_they_finish(vllm)
     assert after["vllm:request_success_total"] - before["vllm:request_success_total"] == 1
     queried = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
     assert queried == reply.usage["prompt_tokens"]
+
+
+@pytest.mark.processes
+def test_the_probe_names_each_flavour_from_its_own_info_endpoint(sim, vllm, llamacpp):
+    own = {"sglang": "/get_server_info", "vllm": "/version", "llamacpp": "/props"}
+    for name, server in {"sglang": sim, "vllm": vllm, "llamacpp": llamacpp}.items():
+        summary, bodies = probe_server(server.url)
+        assert summary["kind"] == FLAVOURS[name].probes.kind, name
+        assert summary["endpoints"][own[name]] == "ok" and summary["version"], name
+        assert [path for path in own.values() if path in bodies] == [own[name]], name  # the others: 404
+        assert bodies["/v1/models"]["data"][0]["owned_by"] == FLAVOURS[name].probes.owned_by
+    summary, _bodies = probe_server(llamacpp.url)  # llama-server's slots and context, as the manifest keeps them
+    assert (summary["launch"]["total_slots"], summary["launch"]["n_ctx"]) == (2, 262144)
+    assert request(vllm.url, "POST", "/flush_cache").status == 404  # SGLang's own side endpoints are SGLang's

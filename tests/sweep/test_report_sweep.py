@@ -40,3 +40,13 @@ def test_the_chart_has_a_panel_per_figure_and_draws_to_a_file(tmp_path):
     figure.savefig(tmp_path / "sweep.png", dpi=60)
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     assert sweep_plot(table.iloc[:0]) is None
+
+
+def test_a_configurations_known_warnings_are_in_its_row_and_in_the_json():
+    flagged = "SGLang: DFLASH draft CUDA graph off: only 0.93 GB free (lower --mem-fraction-static)"
+    manifest = {"sweep": [{**MANIFEST["sweep"][0], "warnings": [flagged]}, *MANIFEST["sweep"][1:]]}
+    sections, found = RunFigures(RunData(records(), manifest)).sweep
+    out = console.render(Document("uni-bench summary", sections))
+    table = out.split("Server sweep")[1].split("\n\n")[0].splitlines()
+    assert table[1].split()[-1] == "warnings" and table[2].endswith(flagged) and table[3].endswith(" -")
+    assert [row["warnings"] for row in found["sweep"]] == [[flagged], [], []]

@@ -119,8 +119,9 @@ function sweep(section, sw) {
   const rows = sw.sections.find((s) => s.key === "sweep").data;
   for (const s of sw.sections) {
     if (!s.shown) continue;
-    const status = s.columns.indexOf("status");
-    section.append(sectionNode(s, lead, {"data-sweep": sw.label}, (r, c) => c === status && s.view[r][c] !== "ok" ? "bad" : null));
+    const status = s.columns.indexOf("status"), warnings = s.columns.indexOf("warnings");
+    const flagged = (r, c) => (c === status && s.view[r][c] !== "ok") || (c === warnings && s.view[r][c] !== "-");
+    section.append(sectionNode(s, lead, {"data-sweep": sw.label}, (r, c) => flagged(r, c) ? "bad" : null));
   }
   if (!rows.length) return;
   const has = (key) => rows.some((r) => r[key] !== null);
