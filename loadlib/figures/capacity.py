@@ -341,9 +341,9 @@ def littles_law(level: Flow, users: float | None = None, offered_rps: float | No
 
 
 LEVEL_COLUMNS = ["value", "n", "block", "resamples", "pass_share_blocks", "window_s", "delivered_rps",
-                 "delivered_low_rps", "delivered_high_rps", "arrived_rps", "short", "latency_middle_s", "latency_last_s",
-                 "throughput_rps", "latency_s", "in_flight",
-                 "little_in_flight", "little_rate_rps", "little_expected_in_flight", "little_gap", "little_holds"]
+                 "delivered_low_rps", "delivered_high_rps", "arrived_rps", "short", "latency_middle_s",
+                 "latency_last_s", "throughput_rps", "latency_s", "in_flight", "little_in_flight", "little_rate_rps",
+                 "little_expected_in_flight", "little_gap", "little_holds"]
 
 
 def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
@@ -356,9 +356,9 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
     it delivered against its offered rate (`delivery`): `delivered_rps` with its interval
     (`delivered_low_rps`, `delivered_high_rps`), the rate its requests were due at (`arrived_rps`),
     whether it fell `short`, and the median latencies from the intended send it was judged by
-    (`latency_middle_s`, `latency_last_s`); a level of users the
-    successful requests ended per second of its steady windows (`Flow.delivered_rps`). `cells`
-    saves recomputing the cells' steady windows for a caller that has them (`free_running.steady_cells`)."""
+    (`latency_middle_s`, `latency_last_s`); a level of users the successful requests ended per second
+    of its steady windows (`Flow.delivered_rps`). `cells` saves recomputing the cells' steady windows
+    for a caller that has them (`free_running.steady_cells`)."""
     search = search or {}
     levels = search.get("levels") or []
     if not levels:

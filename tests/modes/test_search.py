@@ -150,7 +150,8 @@ def levels_table(rows: list[dict], users: bool = True) -> pd.DataFrame:
                       "window_s": 10.0, "delivered_rps": row["x"], "delivered_low_rps": low, "delivered_high_rps": high,
                       "arrived_rps": np.nan if users else row["value"],
                       "short": None if np.isnan(high) else row["value"] > high,
-                      "latency_middle_s": row["w"], "latency_last_s": row["w"] * (1 + row["gap"]), "throughput_rps": row["x"],
+                      "latency_middle_s": row["w"], "latency_last_s": row["w"] * (1 + row["gap"]),
+                      "throughput_rps": row["x"],
                       "latency_s": row["w"],
                       "in_flight": held, "little_in_flight": held, "little_rate_rps": rate,
                       "little_expected_in_flight": expected, "little_gap": row["gap"],
@@ -200,8 +201,9 @@ def test_a_rate_level_that_fell_short_says_so_with_its_interval():
     title = search_section(manifest, levels).title
     assert ("holds at 8 req/s: delivered 8.00 req/s of 8 offered (6.10–10.20), SLO met in 100% of resamples; "
             "breaks at 16 req/s: delivered 9.60 req/s of 16 offered (8.00–11.40; short of it: latency from the intended "
-            "send 0.90 s, then 1.49 s), SLO met in 0% of resamples; Little's law: ok at 8 req/s; at 16 req/s 16.00 req/s offered x 0.900 s = 14.40 in flight, 66% "
-            "more than the 8.67 measured (the requests ended more slowly than they were offered") in title
+            "send 0.90 s, then 1.49 s), SLO met in 0% of resamples; Little's law: ok at 8 req/s; at 16 req/s 16.00 "
+            "req/s offered x 0.900 s = 14.40 in flight, 66% more than the 8.67 measured (the requests ended more slowly "
+            "than they were offered") in title
 
 
 def test_no_search_in_the_manifest_is_an_empty_section():

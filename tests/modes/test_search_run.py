@@ -140,7 +140,8 @@ def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(s
 
 # The issue's example: a server that runs 8 requests at once, 2 free users to send the arrivals (so the client sends
 # ~17-25 req/s at most on 2 busy cores), TTFT p90 within 0.3 s. A rate search judged TTFT from the send, and it held at
-# 64 req/s offered while the arrivals waited 10 s for a user. One level each, well below and well above what 2 users send.
+# 64 req/s offered while the arrivals waited 10 s for a user. One level each, well below and well above what 2 users
+# send.
 CLIENT_BOUND_SIM = "--time-scale 0.05 --max-running-requests 8"
 CLIENT_BOUND_SEARCH = """
 [request]
