@@ -243,10 +243,9 @@ HEALTHY_LEVELS = [(4, 5, 0.1, 0.3), (16, 5, 0.1, 0.3), (64, 5, 0.5, 0.8), (2, 10
 @pytest.mark.parametrize("arrival", ["constant", "poisson"])
 def test_a_server_that_keeps_up_is_never_short_however_spread_its_latency(arrival):
     """Levels whose server keeps up, some with latencies as long as a third of the level and spread
-    over a factor of ten (lognormal sigma 1.2): short in at most 1 of 100 each. Counting the requests
-    that ended per second instead calls these short, since their ends spread beyond the level by the
-    latency (30 % of the levels of 3 s latency in 10 s). A server at 77 % of the rate offered (32
-    req/s for 5 s) is short in at least 90 %."""
+    over a factor of ten (lognormal sigma 1.2), whose ends spread well beyond the level: short in at
+    most 1 of 100 each. A server at 77 % of the rate offered (32 req/s for 5 s) is short in at least
+    90 %."""
     def short_share(levels: int, **level: float) -> float:
         return float(np.mean([delivery(rate_level(arrival=arrival, seed=seed, **level), level["rate_rps"]).short
                               for seed in range(levels)]))
