@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from loadlib.figures import capacity
-from loadlib.figures.capacity import (Criteria, Delivery, block_length, delivery, flow, judged_requests, level_flow,
-                                      level_table, littles_law, slo_met_share)
+from loadlib.figures.capacity import (Criteria, block_length, delivery, delivery_text, flow, judged_requests,
+                                      level_flow, level_table, littles_law, slo_met_share)
 from loadlib.figures.free_running import steady_cell
 from loadlib.figures.uncertainty import block_resample_indices
 from loadlib.modes.search import BROKE, HELD, judge
@@ -272,3 +272,33 @@ def test_the_level_table_judges_a_rate_level_as_the_search_did():
             (live.delivered_rps, live.delivered_low, live.delivered_high), rel=1e-12)
         assert row["short"] == (live.verdict == BROKE) == (value == 32)
     assert table.loc[16, "pass_share_blocks"] == 1.0 and table.loc[32, "pass_share_blocks"] == 0.0
+
+
+def later(frame: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    return frame.assign(sent_at=frame["sent_at"] + seconds, end_at=frame["end_at"] + seconds)
+
+
+def test_a_level_run_twice_is_judged_on_both_runs_each_in_its_own_time():
+    """A level too close to call runs again later: its two cells' thirds are pooled, each cell's
+    requests timed within it, so the pause between the runs is no shortfall; a queued level stays short."""
+    queued = rate_level(32, 5, 0.08, free_users=2, seed=1, cell="search-32rps")
+    again = later(rate_level(32, 5, 0.08, free_users=2, seed=2, cell="search-32rps-r2"), 60)
+    both = delivery(pd.concat([queued, again], ignore_index=True), 32)
+    assert both.short and both.rate_rps == pytest.approx(delivery(queued, 32).rate_rps, rel=0.05)
+    healthy = pd.concat([rate_level(16, 5, 0.08, free_users=2, seed=1, cell="search-16rps"),
+                         later(rate_level(16, 5, 0.08, free_users=2, seed=2, cell="search-16rps-r2"), 60)])
+    kept = delivery(healthy, 16)
+    assert not kept.short and kept.arrived_rps == pytest.approx(16, rel=0.05)
+
+
+def test_the_delivery_in_words_names_arrivals_due_at_another_rate_than_offered():
+    """Poisson arrivals come at the offered rate give or take their noise: where they were due 5 % or
+    more off it, the words say so, so that a range below the offered rate is not read as a shortfall."""
+    assert delivery_text(16.1, 15.2, 17.0, 16, 16.3, False, 0.2, 0.2) == \
+        "delivered 16.10 req/s of 16 offered (15.20–17.00)"
+    assert delivery_text(14.1, 13.2, 15.0, 16, 14.2, False, 0.2, 0.2) == \
+        "delivered 14.10 req/s of 16 offered (14.20 due; 13.20–15.00)"
+    assert delivery_text(4.1, 0.0, math.inf, 4, 4, False, 0.1, 0.1) == "delivered 4.10 req/s of 4 offered (0.00–∞)"
+    assert delivery_text(9.0, 8.5, 9.6, 16, 16, True, 0.2, 0.9) == \
+        ("delivered 9.00 req/s of 16 offered (8.50–9.60; short of it: latency from the intended send 0.20 s, then "
+         "0.90 s)")
