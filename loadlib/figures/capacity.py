@@ -212,6 +212,11 @@ class Delivery:
         and the rate delivered is below the rate the requests were due at beyond the noise."""
         return self.last.low > self.middle.high
 
+    def words(self) -> str:
+        """`delivery_text` of this delivery."""
+        return delivery_text(self.rate_rps, *self.interval, self.offered_rps, self.arrived_rps, self.short,
+                             self.middle.value, self.last.value)
+
     def _rate(self, growth_s: float) -> float:
         return self.arrived / (self.apart_s + growth_s) if self.apart_s + growth_s > 0 else math.inf
 

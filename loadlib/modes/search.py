@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
-from loadlib.figures.capacity import (RESAMPLES, Criteria, delivery, delivery_text, judged_requests, quantiles,
-                                      resampled_statistics, slo_holds, slo_statistics)
+from loadlib.figures.capacity import (RESAMPLES, Criteria, delivery, judged_requests, quantiles, resampled_statistics,
+                                      slo_holds, slo_statistics)
 from loadlib.figures.free_running import SEND, slo_ttft_from
 from loadlib.scenarios.base import level_cell_name
 
@@ -99,15 +99,11 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | Non
     reasons = [f"{failed} of {n} requests failed"] if failed else []
     reasons.append(f"SLO met in {pass_share:.0%} of resamples"
                    + (" (TTFT from the intended send)" if ttft_from != SEND else ""))
-    if delivered is not None:
-        reasons.append(delivery_text(delivered.rate_rps, *delivered.interval, delivered.offered_rps,
-                                     delivered.arrived_rps, delivered.short, delivered.middle.value,
-                                     delivered.last.value))
-    elif offered_rps is not None:
-        reasons.append("too few requests to judge the rate delivered")
+    if offered_rps is not None:
+        reasons.append(delivered.words() if delivered is not None else "too few requests to judge the rate delivered")
     if failed:
         verdict = FAILED
-    elif delivered is not None and delivered.short:
+    elif delivered is not None and delivered.short:  # its queue grew: whatever its SLO figures
         verdict = BROKE
     elif pass_share >= CONFIDENCE:
         verdict = HELD
