@@ -139,8 +139,8 @@ def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(s
 
 
 # The issue's example: a server that runs 8 requests at once, 2 free users to send the arrivals (so the client sends
-# ~17-25 req/s at most on 2 busy cores), TTFT p90 within 0.3 s. A rate search judged TTFT from the send, and it held at
-# 64 req/s offered while the arrivals waited 10 s for a user. One level each, well below and well above what 2 users
+# ~25 req/s at most, ~17 on 2 busy cores), TTFT p90 within 0.3 s. A rate search judged TTFT from the send, and it held
+# at 64 req/s offered while the arrivals waited 10 s for a user. One level each, well below and well above what 2 users
 # send.
 CLIENT_BOUND_SIM = "--time-scale 0.05 --max-running-requests 8"
 CLIENT_BOUND_SEARCH = """
@@ -162,14 +162,15 @@ ttft_p = 90
 
 @pytest.mark.processes
 def test_a_rate_the_client_cannot_send_breaks_on_what_its_requests_waited_and_delivered(tmp_path):
-    """2 users offered 32 req/s for 2 s: the arrivals wait for a free user, so TTFT from the intended
-    send is a second or more while TTFT from the send stays short; the level kept pace with what 2
-    users send (2 over their latency), short of the 32 offered, and breaks. Offered 6 req/s for 4 s
-    (24 requests: thirds of 8, enough for the medians' intervals) it holds and delivers 6."""
+    """2 users offered 48 req/s for 2 s, twice what they send on an idle machine: the arrivals wait for
+    a free user, so TTFT from the intended send is a second or more while TTFT from the send stays
+    short; the level kept pace with what 2 users send (2 over their latency), short of the 48
+    offered, and breaks. Offered 6 req/s for 4 s (24 requests: thirds of 8, enough for the medians'
+    intervals) it holds and delivers 6."""
     done = run_profiles_together({rate: (tmp_path / str(rate), CLIENT_BOUND_SEARCH.format(rate=rate, duration=duration),
-                                         2) for rate, duration in ((6, 4), (32, 2))}, sim=CLIENT_BOUND_SIM)
-    (slow_result, _slow_df), (fast_result, fast_df) = done[6], done[32]
-    fast = report_json(tmp_path / "32" / "run")
+                                         2) for rate, duration in ((6, 4), (48, 2))}, sim=CLIENT_BOUND_SIM)
+    (slow_result, _slow_df), (fast_result, fast_df) = done[6], done[48]
+    fast = report_json(tmp_path / "48" / "run")
     (level,) = fast["search"]["levels"]
     (row,) = fast["tables"]["search"]
     measured = fast_df[fast_df["measured"] & fast_df["error"].isna()]
@@ -177,10 +178,10 @@ def test_a_rate_the_client_cannot_send_breaks_on_what_its_requests_waited_and_de
     assert level["ttft_s"] > 0.6 and level["ttft_s"] > 3 * measured["ttft_s"].quantile(0.9)  # from the send: short
     assert measured["queue_s"].quantile(0.9) > 0.6
     users_send_rps = 2 / measured["total_s"].mean()  # two users, each busy from send to end
-    assert level["delivered_rps"] == pytest.approx(users_send_rps, rel=0.25) and level["delivered_high"] < 28
+    assert level["delivered_rps"] == pytest.approx(users_send_rps, rel=0.25) and level["delivered_high"] < 40
     assert row["short"] and row["delivered_rps"] == pytest.approx(level["delivered_rps"], rel=1e-9)  # as judged live
-    assert row["latency_last_s"] > row["latency_middle_s"] + 0.2  # the queue grew through the level
-    assert (f"breaks at 32 req/s: delivered {level['delivered_rps']:.2f} req/s of 32 offered ("
+    assert row["latency_last_s"] > row["latency_middle_s"] + 0.3  # the queue grew through the level
+    assert (f"breaks at 48 req/s: delivered {level['delivered_rps']:.2f} req/s of 48 offered ("
             in fast_result.stdout) and "; short of it: latency from the intended send " in fast_result.stdout
     slow = report_json(tmp_path / "6" / "run")
     (level,) = slow["search"]["levels"]
