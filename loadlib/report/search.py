@@ -96,10 +96,11 @@ def _delivered_note(users: bool) -> str:
     if users:
         return "over each cell's steady window: delivered req/s = successful requests ended per second, "
     return ("TTFT counts from the intended send (the wait for a free user included); delivered req/s = the rate "
-            "the level kept pace with: offered / (1 + the growth of latency from the intended send, the median of "
-            "its last third of requests against its middle third), its range from those medians' "
-            f"{uncertainty.LEVEL:.0%} intervals: the last third above the middle beyond both is short of the offered "
-            "rate beyond the noise, and the level broke; over each cell's steady window: ")
+            "the level kept pace with: the requests between the median ones of its middle and last thirds (in "
+            "intended-send order) over the time between their ends, i.e. the rate due slowed by the growth of their "
+            f"latency from the intended send; its range from those medians' {uncertainty.LEVEL:.0%} intervals: the "
+            "last third above the middle beyond both is short of the offered rate beyond the noise, and the level "
+            "broke; over each cell's steady window: ")
 
 
 def slo_text(slo: Mapping[str, Any]) -> str:
@@ -126,7 +127,7 @@ def _unit(users: bool) -> Callable[[float], str]:
 
 def _level(value: float, row: Mapping[str, Any] | None, users: bool) -> str:
     """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)"; a rate: "32 req/s: delivered 24.10
-    req/s of 32 offered (22.51–29.43, short of it: ...), SLO met in 0% of resamples"."""
+    req/s of 32 offered (22.51–25.43; short of it: ...), SLO met in 0% of resamples"."""
     row = row or {}
     share = text.percent(row.get("pass_share_blocks"))
     if users:
