@@ -23,6 +23,22 @@ between requests: the client, not the server, may have set the pace); an open lo
 lambda requests/s, so lambda times the mean latency should come to the mean in flight measured
 (above it, the requests ended more slowly than they arrived: a queue building up, not a steady
 level). `LITTLE_TOLERANCE` is the agreement asked for.
+
+What a user waits for (`judged_requests`): where a level's requests were sent on a schedule (a
+search over a rate: their records carry the wait for a free user, `queue_s`), TTFT is judged from
+the intended send (`free_running.slo_ttft`), so a client that fell behind cannot hide the queue its
+requests met. And a level offered a rate must keep pace with it (`delivery`): a server (or client)
+that delivers r requests a second of the R offered queues the rest, so each request waits longer
+than the one before and the latency from the intended send grows by R / r - 1 seconds a second. The
+median latency of the level's last third of requests against its middle third (the first third
+left to a server still filling up) gives that growth, so r; the medians' distribution-free
+intervals (`uncertainty.LEVEL`, order statistics: whatever the spread of the latencies) give its
+range. The last third above the middle beyond both intervals is a shortfall beyond the noise, and
+the level does not hold. Counting the requests that ended per second instead would mistake a wide
+spread of latencies, beside a short level, for a shortfall. Little's law states the same
+shortfall for an open loop (offered x latency above the requests in flight by offered / delivered
+- 1 in a steady state), but with a tolerance, not a noise model: it is shown beside the verdict;
+the growth decides.
 """
 
 from __future__ import annotations
@@ -37,8 +53,8 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.formulas import meets_slo
-from loadlib.figures.free_running import SteadyCell, steady_cell, steady_requests
-from loadlib.figures.uncertainty import block_resample_indices
+from loadlib.figures.free_running import SteadyCell, slo_ttft, steady_cell, steady_requests
+from loadlib.figures.uncertainty import RankedSample, block_resample_indices
 
 RESAMPLES = 1000  # resamples of a level's requests
 RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the resampling goes in chunks beyond)
@@ -121,20 +137,126 @@ def quantiles(criteria: Criteria) -> tuple[float, float]:
     return (criteria.ttft_p or DEFAULT_P) / 100, 1 - (criteria.decode_p or DEFAULT_P) / 100
 
 
-def slo_met_share(ok: np.ndarray, ttft_s: np.ndarray, decode_tps: np.ndarray, criteria: Criteria, seed: int,
+def judged_requests(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A level's requests as its SLO judges them (`records_frame` rows): whether each succeeded,
+    its TTFT (from the intended send where it had one: `free_running.slo_ttft`) and its decode,
+    NaN for a failure. The live search and the report both judge these."""
+    ok = frame["ok"].to_numpy(dtype=bool)
+    return (ok, np.where(ok, slo_ttft(frame), np.nan),
+            np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan))
+
+
+def slo_met_share(ok: np.ndarray, ttft: np.ndarray, decode: np.ndarray, criteria: Criteria, seed: int,
                   block: int | None = None, resamples: int = RESAMPLES) -> float | None:
-    """The share of moving-block resamples of a level's requests (in send order) in which every
-    criterion holds; blocks of `block_length(n)` unless `block` is given. None: no requests."""
+    """The share of moving-block resamples of a level's requests (in send order, as
+    `judged_requests` gives them) in which every criterion holds; blocks of `block_length(n)`
+    unless `block` is given. None: no requests."""
     n = len(ok)
     if not n:
         return None
-    ok = np.asarray(ok, dtype=bool)
-    ttft = np.where(ok, np.asarray(ttft_s, dtype=float), np.nan)
-    decode = np.where(ok, np.asarray(decode_tps, dtype=float), np.nan)
     meets = meets_slo(ok, ttft, decode, criteria.ttft_s, criteria.decode_tps)
     stats = resampled_statistics(ttft, decode, meets, *quantiles(criteria), seed, resamples,
                                  block_length(n) if block is None else block)
     return float(slo_holds(stats, criteria).mean())
+
+
+@dataclass(frozen=True)
+class Median:
+    """A median with its `uncertainty.LEVEL` interval (order statistics, distribution-free; -inf or
+    inf where too few values bound a side)."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> "Median":
+        sample = RankedSample(values, [0.5])
+        return cls(sample.percentiles()[0], *sample.intervals()[0])
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Whether a level kept pace with the rate it was offered, from its requests' latency from the
+    intended send (see the module docstring): the median latency of the middle third of its
+    requests in intended-send order (`middle`) and of the last third (`last`). Between their median
+    requests `arrived` requests were due in `apart_s` seconds; a server that keeps up ends them in
+    as long (the two thirds wait alike), one that ends fewer a second queues the rest, and they end
+    in `apart_s` plus the latency's growth. Several cells (a level run again): their means."""
+
+    offered_rps: float
+    middle: Median
+    last: Median
+    arrived: float
+    apart_s: float
+
+    @property
+    def arrived_rps(self) -> float:
+        """The rate the requests were due at: the offered rate, give or take Poisson arrivals' noise."""
+        return self.arrived / self.apart_s
+
+    @property
+    def rate_rps(self) -> float:
+        """The rate delivered: the requests between the two medians over the time between their ends."""
+        return self._rate(self.last.value - self.middle.value)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The rate delivered from the ends of the medians' intervals: the most growth of latency the
+        two intervals allow (last.high - middle.low) and the least (last.low - middle.high)."""
+        return self._rate(self.last.high - self.middle.low), self._rate(self.last.low - self.middle.high)
+
+    @property
+    def short(self) -> bool:
+        """The last third waited longer than the middle beyond both intervals: the level's queue grew,
+        and the rate delivered is below the rate the requests were due at beyond the noise."""
+        return self.last.low > self.middle.high
+
+    def words(self) -> str:
+        """`delivery_text` of this delivery."""
+        return delivery_text(self.rate_rps, *self.interval, self.offered_rps, self.arrived_rps, self.short,
+                             self.middle.value, self.last.value)
+
+    def _rate(self, growth_s: float) -> float:
+        return self.arrived / (self.apart_s + growth_s) if self.apart_s + growth_s > 0 else math.inf
+
+
+def delivery(frame: pd.DataFrame, offered_rps: float) -> Delivery | None:
+    """How a level offered `offered_rps` kept pace (`Delivery`), from its records (`cell`, `ok`,
+    `sent_at`, `queue_s`, `end_at`): in each of its cells the successful requests in intended-send
+    order, cut in thirds; the middle and last thirds of every cell pooled. None: no cell of three
+    successful requests or more."""
+    middle, last, arrived, apart = [], [], [], []
+    for _cell, group in frame.groupby("cell", sort=False, observed=True):
+        ended = group[group["ok"].to_numpy(dtype=bool) & group["end_at"].notna().to_numpy()]
+        intended = (ended["sent_at"] - ended["queue_s"].fillna(0.0)).to_numpy(dtype=float)
+        order = np.argsort(intended, kind="stable")
+        intended, latency = intended[order], ended["end_at"].to_numpy(dtype=float)[order] - intended[order]
+        first = len(latency) // 3
+        if not first:
+            continue
+        middle.append(latency[first:2 * first])
+        last.append(latency[2 * first:])
+        arrived.append((len(latency) - first) / 2)  # from the middle third's median request to the last third's
+        apart.append(float(np.median(intended[2 * first:]) - np.median(intended[first:2 * first])))
+    if not middle or sum(apart) <= 0:
+        return None
+    return Delivery(float(offered_rps), Median.of(np.concatenate(middle)), Median.of(np.concatenate(last)),
+                    float(np.mean(arrived)), float(np.mean(apart)))
+
+
+def delivery_text(delivered: float, low: float, high: float, offered: float, arrived: float, short: bool,
+                  middle_s: float, last_s: float) -> str:
+    """A level's delivery in words, the same live and in the report: "delivered 24.10 req/s of 32
+    offered (22.51–25.43; short of it: latency from the intended send 0.75 s, then 1.20 s)"; arrivals
+    due at a rate 5 % or more off the offered one (Poisson) are named: "(30.12 due; ...)"."""
+    due = f"{arrived:.2f} due; " if abs(arrived / offered - 1) >= 0.05 else ""
+    why = f"; short of it: latency from the intended send {middle_s:.2f} s, then {last_s:.2f} s" if short else ""
+    return f"delivered {delivered:.2f} req/s of {offered:g} offered ({due}{_rate(low)}–{_rate(high)}{why})"
+
+
+def _rate(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.2f}"
 
 
 @dataclass(frozen=True)
@@ -224,7 +346,8 @@ def littles_law(level: Flow, users: float | None = None, offered_rps: float | No
 
 
 LEVEL_COLUMNS = ["value", "n", "block", "resamples", "pass_share_blocks", "window_s", "delivered_rps",
-                 "throughput_rps", "latency_s", "in_flight", "little_in_flight", "little_rate_rps",
+                 "delivered_low_rps", "delivered_high_rps", "arrived_rps", "short", "latency_middle_s",
+                 "latency_last_s", "throughput_rps", "latency_s", "in_flight", "little_in_flight", "little_rate_rps",
                  "little_expected_in_flight", "little_gap", "little_holds"]
 
 
@@ -233,9 +356,14 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
     """Per level of a capacity search as the manifest keeps it (`search["variable"]`, `search["slo"]`,
     `search["levels"]`, each with its `value` and `cells`): its requests (`n`), the moving-block
     bootstrap's `block` and `resamples`, `pass_share_blocks` (`slo_met_share` over the level's
-    requests in send order, seeded by `level_seed`), its `Flow` (`level_flow`), and Little's law
-    there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`). `cells` saves recomputing the
-    cells' steady windows for a caller that has them (`free_running.steady_cells`)."""
+    `judged_requests` in send order, seeded by `level_seed`), its `Flow` (`level_flow`), and Little's
+    law there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`). A level of a rate says what
+    it delivered against its offered rate (`delivery`): `delivered_rps` with its interval
+    (`delivered_low_rps`, `delivered_high_rps`), the rate its requests were due at (`arrived_rps`),
+    whether it fell `short`, and the median latencies from the intended send it was judged by
+    (`latency_middle_s`, `latency_last_s`); a level of users the successful requests ended per second
+    of its steady windows (`Flow.delivered_rps`). `cells` saves recomputing the cells' steady windows
+    for a caller that has them (`free_running.steady_cells`)."""
     search = search or {}
     levels = search.get("levels") or []
     if not levels:
@@ -252,16 +380,32 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
         frame = pd.concat([cell[1] for cell in found]).sort_values("sent_at", kind="stable") if found \
             else df.iloc[:0]
         n = len(frame)
-        share = slo_met_share(frame["ok"].to_numpy(), frame["ttft_s"].to_numpy(), frame["decode_tps"].to_numpy(),
-                              criteria, level_seed(level["cells"]))
+        share = slo_met_share(*judged_requests(frame), criteria, level_seed(level["cells"]))
         measured = level_flow(found)
         law = (littles_law(measured, users=level["value"]) if users
                else littles_law(measured, offered_rps=level["value"]))
         rows.append({"value": level["value"], "n": n, "block": block_length(n) if n else None,
                      "resamples": RESAMPLES if n else 0, "pass_share_blocks": share, "window_s": measured.window_s,
-                     "delivered_rps": measured.delivered_rps, "throughput_rps": measured.throughput_rps,
+                     **_delivered(measured, None if users else delivery(frame, level["value"]), users),
+                     "throughput_rps": measured.throughput_rps,
                      "latency_s": measured.latency_s, "in_flight": measured.in_flight,
                      "little_in_flight": law.in_flight, "little_rate_rps": law.rate_rps,
                      "little_expected_in_flight": law.expected_in_flight, "little_gap": law.gap,
                      "little_holds": law.holds if measured.n else None})
     return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
+
+
+def _delivered(measured: Flow, delivered: Delivery | None, users: bool) -> dict[str, Any]:
+    """`level_table`'s delivered columns: a level of users its steady windows' rate; a level of a
+    rate its `Delivery`: the rate, its interval, the rate its requests were due at, whether it fell
+    short and the two thirds' median latencies from the intended send (NaN and None: too few requests)."""
+    columns = {"delivered_rps": math.nan, "delivered_low_rps": math.nan, "delivered_high_rps": math.nan,
+               "arrived_rps": math.nan, "short": None, "latency_middle_s": math.nan, "latency_last_s": math.nan}
+    if users:
+        columns["delivered_rps"] = measured.delivered_rps
+    elif delivered is not None:
+        low, high = delivered.interval
+        columns.update(delivered_rps=delivered.rate_rps, delivered_low_rps=low, delivered_high_rps=high,
+                       arrived_rps=delivered.arrived_rps, short=delivered.short,
+                       latency_middle_s=delivered.middle.value, latency_last_s=delivered.last.value)
+    return columns

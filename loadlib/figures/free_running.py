@@ -10,9 +10,9 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.columns import coded, distinct, first_seen, isin
+from loadlib.figures.columns import coded, first_seen, isin
 from loadlib.figures.formulas import from_intended_send, meets_slo
-from loadlib.figures.goodput import DEFAULT_SLO, SCHEDULED_CASES
+from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
 from loadlib.figures.uncertainty import RankedSample, uncertainty_columns
 from loadlib.scenarios.base import SINGLE
@@ -249,8 +249,8 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
     decode >= `slo_decode_tps`; an answer that came in one read, with no decode rate, is judged
     on its TTFT), and `slo_attainment`, the share that met the SLO (failures count as misses).
     So goodput_rps = slo_attainment * n / window_s and requests_per_s = (n - failed) / window_s.
-    In a cell sent on a schedule (`goodput.SCHEDULED_CASES`: open, trace) the SLO's TTFT counts
-    from the intended send (`slo_ttft`), elsewhere from the send: `slo_ttft_from` says which
+    In a cell sent on a schedule (`scheduled`) the SLO's TTFT counts from the intended send
+    (`slo_ttft`), elsewhere from the send: `slo_ttft_from` says which
     ("intended_send", "send"), and `slo_attainment_from_send` is the share judged on TTFT from the
     send (the same figure where there is no schedule).
     Times are seconds from the cell's first send. `cells` saves recomputing `steady_cells(df)`
@@ -272,23 +272,28 @@ def steady_state_table(df: pd.DataFrame, slo_ttft_s: float = DEFAULT_SLO.ttft_s,
             "decode_tps": tokens * rate, "requests_per_s": ok.sum() * rate, "goodput_rps": met.sum() * rate,
             "slo_attainment": met.mean() if len(met) else np.nan,
             "slo_attainment_from_send": met_from_send.mean() if len(met) else np.nan,
-            "slo_ttft_from": INTENDED_SEND if _scheduled(group) else SEND, "n": len(met),
+            "slo_ttft_from": slo_ttft_from(group), "n": len(met),
             "failed": int((~ok).sum()),
         })
     return pd.DataFrame(rows, columns=STEADY_COLUMNS)
 
 
 def slo_ttft(group: pd.DataFrame) -> np.ndarray:
-    """Per request of one cell, the TTFT its SLO judges (goodput, "SLO met"): from the intended send
-    (`formulas.from_intended_send`) in a cell sent on a schedule (`goodput.SCHEDULED_CASES`), else
+    """Per request, the TTFT an SLO judges (goodput, "SLO met", a capacity search's levels): from
+    the intended send (`formulas.from_intended_send`) where the record has one (`queue_s`), else
     from the send (`ttft_s`)."""
-    ttft = group["ttft_s"].to_numpy(dtype="float64")
-    return from_intended_send(ttft, group["queue_s"].to_numpy(dtype="float64")) if _scheduled(group) else ttft
+    return from_intended_send(group["ttft_s"].to_numpy(dtype="float64"), group["queue_s"].to_numpy(dtype="float64"))
 
 
-def _scheduled(group: pd.DataFrame) -> bool:
-    """Whether a free-running cell's requests were sent on a schedule (`goodput.SCHEDULED_CASES`)."""
-    return any(case in SCHEDULED_CASES for case in distinct(group["case"]))
+def scheduled(group: pd.DataFrame) -> bool:
+    """Whether requests were sent on a schedule: their records have an intended send time, so the
+    wait for a free user (`queue_s`). The record says so, whichever mode sent it."""
+    return bool(group["queue_s"].notna().any())
+
+
+def slo_ttft_from(group: pd.DataFrame) -> str:
+    """What the SLO's TTFT of these requests counts from (`slo_ttft`): `INTENDED_SEND` or `SEND`."""
+    return INTENDED_SEND if scheduled(group) else SEND
 
 
 STREAMS_HELD_SHARE = 0.9  # a closed-loop cell holding fewer of its streams in flight is flagged
@@ -334,7 +339,7 @@ def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) 
     queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
     every answer without thinking), per free-running cell, from the raw records of successful
     requests sent within the cell's steady window (`cells` as in `steady_state_table`). A cell
-    sent on a schedule (open, trace) adds the latencies from the intended send beside those from
+    sent on a schedule (`scheduled`) adds the latencies from the intended send beside those from
     the send (`formulas.from_intended_send`): `intended_ttft_s` beside `ttft_s`, `intended_total_s`
     beside `total_s`. Each percentile comes with its 95 % confidence interval and whether it rests
     on enough samples (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`,
@@ -354,9 +359,9 @@ def _steady_figures(group: pd.DataFrame, pick: np.ndarray) -> Iterator[tuple[str
     them: the latencies from the intended send only in a cell sent on a schedule, an optional
     figure only where some request has it. One figure at a time, as arrays: a million-row cell is
     neither copied whole nor held as ten copies of its columns at once."""
-    scheduled = _scheduled(group)
+    on_schedule = scheduled(group)
     for name in STEADY_FIGURES:
-        if name in SCHEDULED_FIGURES and not scheduled:
+        if name in SCHEDULED_FIGURES and not on_schedule:
             continue
         column = _steady_column(group, name)
         values = column[pick & ~np.isnan(column)]

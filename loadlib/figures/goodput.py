@@ -4,10 +4,11 @@ SLO attainment judge the same requests, a free-running cell's steady-window requ
 (`free_running.steady_requests`): goodput is how many met the targets per second of the window,
 attainment what share of them did.
 
-In the cells sent on a schedule (`SCHEDULED_CASES`: the open and trace modes), TTFT is judged from
-the intended send time (`formulas.from_intended_send`: TTFT plus the wait for a free user), so a
-client that fell behind its schedule cannot hide the latency its requests met (coordinated
-omission); the closed and ladder modes have no schedule, and their TTFT counts from the send.
+Where requests were sent on a schedule (their records carry the wait for a free user, `queue_s`:
+the arrival modes and a search over a rate), TTFT is judged from the intended send time
+(`free_running.slo_ttft`, `formulas.from_intended_send`: TTFT plus that wait), so a client that
+fell behind its schedule cannot hide the latency its requests met (coordinated omission); requests
+with no schedule (closed loops) count TTFT from the send. The record says which, not the mode's name.
 
 The summary, the report, compare and the web UI all take their defaults from `DEFAULT_SLO`.
 """
@@ -27,9 +28,6 @@ class GoodputSlo:
 
 
 DEFAULT_SLO = GoodputSlo()
-
-
-SCHEDULED_CASES = ("open", "trace")  # cells whose requests have an intended send time (`queue_s`)
 
 
 def goodput_slo(manifest: Mapping[str, Any], ttft_s: float | None = None,

@@ -12,9 +12,15 @@ goodput is). A percentile from a few dozen requests is noisy, so each figure com
 uncertainty: the level's requests are resampled with replacement (`BOOTSTRAP` times, seeded by
 the level's cells so a recomputation agrees), and `pass_share` is the share of resamples in which
 every criterion holds (the statistics and the rule are `loadlib.figures.capacity`'s, which the
-report also uses for its moving-block resamples in send order). The level `held` when that share
-is at least `CONFIDENCE`, `broke` when it is at most 1 - `CONFIDENCE`, and is `close` otherwise; a
-level where the server failed a request `failed`.
+report also uses for its moving-block resamples in send order). TTFT is what a user waits for:
+from the intended send where the requests had one (a search over a rate, whose arrivals may wait
+for a free user: `capacity.judged_requests`). The level `held` when that share is at least
+`CONFIDENCE`, `broke` when it is at most 1 - `CONFIDENCE`, and is `close` otherwise; a level where
+the server failed a request `failed`. A level offered a rate also `broke` when it delivered less
+beyond its noise (`capacity.delivery`: its last requests waited longer than its middle ones
+beyond both medians' intervals, so the offered rate is above the interval of the rate delivered),
+whatever its SLO figures: its queue grew, and a longer level would show it in every figure.
+`Judgement.reason` says why in words.
 
 The search climbs from `start` by `step` until a level does not hold, then bisects between the
 last level that held and the first that did not, until they are adjacent (users) or within
@@ -33,7 +39,9 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
-from loadlib.figures.capacity import RESAMPLES, Criteria, quantiles, resampled_statistics, slo_holds, slo_statistics
+from loadlib.figures.capacity import (RESAMPLES, Criteria, delivery, judged_requests, quantiles, resampled_statistics,
+                                      slo_holds, slo_statistics)
+from loadlib.figures.free_running import SEND, slo_ttft_from
 from loadlib.scenarios.base import level_cell_name
 
 if TYPE_CHECKING:
@@ -64,14 +72,19 @@ class Judgement:
     goodput_high: float | None
     pass_share: float  # share of resamples in which every criterion of the SLO held
     verdict: str
+    ttft_from: str = SEND  # what TTFT counts from: "intended_send" or "send" (`free_running.slo_ttft_from`)
+    offered_rps: float | None = None  # a level of a rate: the rate offered, and what it delivered (`capacity.delivery`)
+    delivered_rps: float | None = None
+    delivered_low: float | None = None
+    delivered_high: float | None = None
+    reason: str = ""  # the verdict in words
 
 
-def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
+def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | None = None) -> Judgement:
     """Judges one level from its records (`loadlib.record_table.records_frame` rows: `ok`, `ttft_s`,
-    `decode_tps`) against the SLO's criteria (see the module docstring)."""
-    ok = frame["ok"].to_numpy(dtype=bool)
-    ttft = np.where(ok, frame["ttft_s"].to_numpy(dtype=float), np.nan)
-    decode = np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan)
+    `queue_s`, `decode_tps`; and `cell`, `end_at` for a level offered `offered_rps`) against the
+    SLO's criteria and, offered a rate, against it (see the module docstring)."""
+    ok, ttft, decode = judged_requests(frame)
     meets = formulas.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
     criteria = Criteria.of(slo)
     ttft_q, decode_q = quantiles(criteria)
@@ -81,8 +94,17 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
     passed = slo_holds(boot, criteria)
     pass_share = float(passed.mean()) if n else 0.0
     failed = int((~ok).sum())
+    ttft_from = slo_ttft_from(frame)
+    delivered = delivery(frame, offered_rps) if offered_rps is not None and n else None
+    reasons = [f"{failed} of {n} requests failed"] if failed else []
+    reasons.append(f"SLO met in {pass_share:.0%} of resamples"
+                   + (" (TTFT from the intended send)" if ttft_from != SEND else ""))
+    if offered_rps is not None:
+        reasons.append(delivered.words() if delivered is not None else "too few requests to judge the rate delivered")
     if failed:
         verdict = FAILED
+    elif delivered is not None and delivered.short:  # its queue grew: whatever its SLO figures
+        verdict = BROKE
     elif pass_share >= CONFIDENCE:
         verdict = HELD
     elif pass_share <= 1 - CONFIDENCE:
@@ -91,8 +113,10 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0) -> Judgement:
         verdict = CLOSE
     has_target = slo.ttft_s is not None or slo.decode_tps is not None
     goodput = _figure(point[2, 0], boot[2]) if has_target else (None, None, None)
+    rates = (delivered.rate_rps, *delivered.interval) if delivered is not None else (None, None, None)
     return Judgement(n, failed, ttft_q * 100, *_figure(point[0, 0], boot[0]), (1 - decode_q) * 100,
-                     *_figure(point[1, 0], boot[1]), *goodput, pass_share, verdict)
+                     *_figure(point[1, 0], boot[1]), *goodput, pass_share, verdict, ttft_from, offered_rps, *rates,
+                     "; ".join(reasons))
 
 
 def _figure(point: float, resampled: np.ndarray) -> tuple[float | None, float | None, float | None]:

@@ -174,10 +174,11 @@ class SearchDriver(Driver):
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
             records = (record for record in self.run.records()
                        if record["cell"] in step.cells and record.get("target", "") == self.target)
-            judgement = judge(records_frame(records), self.slo, level_seed(step.cells))
+            offered = step.value if self.load.variable == "rate" else None
+            judgement = judge(records_frame(records), self.slo, level_seed(step.cells), offered)
             self.search.record(step, judgement)
-            log.info("search: %s%s %s (pass share %.2f, %d requests)", f"{self.target}: " if self.target else "",
-                     cell.name, judgement.verdict, judgement.pass_share, judgement.n)
+            log.info("search: %s%s %s (%d requests: %s)", f"{self.target}: " if self.target else "",
+                     cell.name, judgement.verdict, judgement.n, judgement.reason)
             self.run.note(CASE, self.search.result(self.slo))
             yield cell
         log.info("search: %sbest %s (%s)", f"{self.target}: " if self.target else "", self.search.best,

@@ -8,18 +8,20 @@ the records (the moving-block resamples, requests/s delivered, Little's law); it
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from loadlib.figures import capacity
+from loadlib.figures import capacity, uncertainty
+from loadlib.figures.free_running import INTENDED_SEND
 from loadlib.modes import search
 from loadlib.report import text
 from loadlib.report.document import Section
 
 SEARCH_COLUMNS = ["value", "cells", "n", "failed", "ttft_p", "ttft_s", "ttft_low", "ttft_high", "decode_p",
                   "decode_tps", "decode_low", "decode_high", "goodput", "goodput_low", "goodput_high", "pass_share",
-                  "verdict"]
+                  "verdict", "ttft_from", "reason"]
 
 
 def search_section(manifest: Mapping[str, Any], levels: pd.DataFrame) -> Section:
@@ -37,18 +39,22 @@ def search_section(manifest: Mapping[str, Any], levels: pd.DataFrame) -> Section
                       levels.drop(columns=["value", "n"])], axis=1)
     users = result["variable"] == "users"
     ttft_p, decode_p = table["ttft_p"].iloc[0], table["decode_p"].iloc[0]
+    intended = (table["ttft_from"] == INTENDED_SEND).any()
     return Section(
         "search", search_title(result, levels), data,
         pd.DataFrame({
             "users" if users else "req/s": [f"{value:g}" for value in table["value"]],
             "cells": [", ".join(cells) for cells in table["cells"]],
             "n": text.column(table["n"], 0), "failed": text.column(table["failed"], 0),
-            f"TTFT p{ttft_p:g} s": _ranged(table["ttft_s"], table["ttft_low"], table["ttft_high"], 3),
+            f"TTFT p{ttft_p:g} s{' (intended send)' if intended else ''}": _ranged(
+                table["ttft_s"], table["ttft_low"], table["ttft_high"], 3),
             f"decode p{100 - decode_p:g} t/s": _ranged(table["decode_tps"], table["decode_low"],
                                                        table["decode_high"], 0),
             "goodput": [text.MISSING if pd.isna(v) else f"{text.percent(v)} ({text.percent(lo)}–{text.percent(hi)})"
                         for v, lo, hi in zip(table["goodput"], table["goodput_low"], table["goodput_high"])],
-            "delivered req/s": text.column(levels["delivered_rps"], 2),
+            "delivered req/s": (text.column(levels["delivered_rps"], 2) if users else
+                                _ranged(levels["delivered_rps"], levels["delivered_low_rps"],
+                                        levels["delivered_high_rps"], 2)),
             "SLO met in": [text.percent(v) for v in table["pass_share"]],
             "in blocks": [text.percent(v) for v in levels["pass_share_blocks"]],
             "verdict": table["verdict"].astype(str),
@@ -73,7 +79,7 @@ def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
     little_sides = ("the level's users against its throughput" if users
                     else "the mean in flight measured against the rate offered")
     little = _little_text([(v, by_value.get(v)) for v in (good, bad) if v is not None], users)
-    return (f"Capacity search over {'closed-loop users' if users else 'the open-loop rate'}: {holds}, {breaks}"
+    return (f"Capacity search over {'closed-loop users' if users else 'the open-loop rate'}: {holds}; {breaks}"
             f"{'; ' + little if little else ''} "
             f"(SLO {slo_text(result.get('slo') or {})}); {result.get('stopped') or 'not finished'}{note}. "
             f"Each level judged on its requests: range = {search.INTERVAL[0]:.0%}-{search.INTERVAL[1]:.0%} of "
@@ -81,9 +87,20 @@ def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
             f"(held at >= {search.CONFIDENCE:.0%}, broke at <= {1 - search.CONFIDENCE:.0%}, close between; "
             "failed: the server failed requests); 'in blocks' (the shares above) = the same over "
             f"{capacity.RESAMPLES} moving-block resamples of its requests in send order (blocks of n^(1/3), so a "
-            "slow spell stays together); over each cell's steady window: delivered req/s = successful requests "
-            f"ended per second, Little = in flight against req/s x mean latency ({little_sides}; 'ok' within "
-            f"{capacity.LITTLE_TOLERANCE:.0%})")
+            f"slow spell stays together); {_delivered_note(users)}Little = in flight against req/s x mean latency "
+            f"({little_sides}; 'ok' within {capacity.LITTLE_TOLERANCE:.0%})")
+
+
+def _delivered_note(users: bool) -> str:
+    """What 'delivered req/s' is, and for a rate how it judges the level."""
+    if users:
+        return "over each cell's steady window: delivered req/s = successful requests ended per second, "
+    return ("TTFT counts from the intended send (the wait for a free user included); delivered req/s = the rate "
+            "the level kept pace with: the requests between the median ones of its middle and last thirds (in "
+            "intended-send order) over the time between their ends, i.e. the rate due slowed by the growth of their "
+            f"latency from the intended send; its range from those medians' {uncertainty.LEVEL:.0%} intervals: the "
+            "last third above the middle beyond both is short of the offered rate beyond the noise, and the level "
+            "broke; over each cell's steady window: ")
 
 
 def slo_text(slo: Mapping[str, Any]) -> str:
@@ -109,12 +126,19 @@ def _unit(users: bool) -> Callable[[float], str]:
 
 
 def _level(value: float, row: Mapping[str, Any] | None, users: bool) -> str:
-    """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)"."""
+    """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)"; a rate: "32 req/s: delivered 24.10
+    req/s of 32 offered (22.51–25.43; short of it: ...), SLO met in 0% of resamples"."""
     row = row or {}
-    delivered = text.num(row.get("delivered_rps"), 2)
     share = text.percent(row.get("pass_share_blocks"))
-    offered = _unit(users)(value) if users else f"{value:g} req/s offered"
-    return f"{offered}, {delivered} req/s delivered (SLO met in {share} of resamples)"
+    if users:
+        return f"{_unit(users)(value)}, {text.num(row.get('delivered_rps'), 2)} req/s delivered (SLO met in {share} " \
+               "of resamples)"
+    if pd.isna(row.get("delivered_high_rps", math.nan)):
+        return f"{value:g} req/s: too few requests to judge the rate delivered, SLO met in {share} of resamples"
+    delivered = capacity.delivery_text(row["delivered_rps"], row["delivered_low_rps"], row["delivered_high_rps"], value,
+                                       row["arrived_rps"], bool(row["short"]), row["latency_middle_s"],
+                                       row["latency_last_s"])
+    return f"{value:g} req/s: {delivered}, SLO met in {share} of resamples"
 
 
 def _little_text(levels: list[tuple[float, Mapping[str, Any] | None]], users: bool) -> str:

@@ -17,11 +17,12 @@ TTFT_P90 = Slo(ttft_s=0.1, ttft_p=90)
 
 
 def level(ttft: list[float] | np.ndarray, decode: float = 50.0, failed: int = 0) -> pd.DataFrame:
-    """A level's records as `records_frame` has them: `ok`, `ttft_s`, `decode_tps`."""
+    """A level's records as `records_frame` has them: `ok`, `ttft_s`, `decode_tps`, and `queue_s`
+    (none: closed-loop users have no schedule)."""
     n = len(ttft) + failed
     return pd.DataFrame({"ok": [True] * len(ttft) + [False] * failed,
-                         "ttft_s": list(ttft) + [np.nan] * failed, "decode_tps": [decode] * len(ttft) + [np.nan] * failed},
-                        index=range(n))
+                         "ttft_s": list(ttft) + [np.nan] * failed, "decode_tps": [decode] * len(ttft) + [np.nan] * failed,
+                         "queue_s": np.nan}, index=range(n))
 
 
 def test_a_level_well_under_its_ttft_percentile_holds_and_one_well_over_breaks():
@@ -137,15 +138,22 @@ def searched(levels: list[tuple[float, str, float]], variable: str = "users") ->
 
 
 def levels_table(rows: list[dict], users: bool = True) -> pd.DataFrame:
-    """`capacity.level_table` rows: the moving-block share, delivered req/s (x), mean latency (w) and
-    Little's law with its `gap`."""
+    """`capacity.level_table` rows: the moving-block share, delivered req/s (x, with its interval
+    `low`-`high` in a rate search), mean latency (w) and Little's law with its `gap`."""
     table = []
     for row in rows:
-        expected = row["x"] * row["w"]
+        rate = row["x"] if users else row["value"]  # Little's lambda: the throughput, or the rate offered
+        expected = rate * row["w"]
         held = expected / (1 + row["gap"])  # the users, or the mean in flight measured
+        low, high = row.get("low", np.nan), row.get("high", np.nan)
         table.append({"value": row["value"], "n": 40, "block": 3, "resamples": 1000, "pass_share_blocks": row["blocks"],
-                      "window_s": 10.0, "delivered_rps": row["x"], "throughput_rps": row["x"], "latency_s": row["w"],
-                      "in_flight": held, "little_in_flight": held, "little_rate_rps": row["x"],
+                      "window_s": 10.0, "delivered_rps": row["x"], "delivered_low_rps": low, "delivered_high_rps": high,
+                      "arrived_rps": np.nan if users else row["value"],
+                      "short": None if np.isnan(high) else row["value"] > high,
+                      "latency_middle_s": row["w"], "latency_last_s": row["w"] * (1 + row["gap"]),
+                      "throughput_rps": row["x"],
+                      "latency_s": row["w"],
+                      "in_flight": held, "little_in_flight": held, "little_rate_rps": rate,
                       "little_expected_in_flight": expected, "little_gap": row["gap"],
                       "little_holds": abs(row["gap"]) <= 0.1})
     return pd.DataFrame(table, columns=LEVEL_COLUMNS)
@@ -159,7 +167,7 @@ def test_the_section_says_where_the_search_holds_and_breaks_with_resample_shares
                            {"value": 3, "x": 4.5, "w": 0.567, "gap": -0.15, "blocks": 0.04}])
     section = search_section(manifest, levels)
     assert section.title.startswith("Capacity search over closed-loop users: holds at 2 users, 4.00 req/s delivered "
-                                    "(SLO met in 97% of resamples), breaks at 3 users, 4.50 req/s delivered "
+                                    "(SLO met in 97% of resamples); breaks at 3 users, 4.50 req/s delivered "
                                     "(SLO met in 4% of resamples); Little's law: ok at 2 users; at 3 users 4.50 req/s "
                                     "x 0.567 s = 2.55 in flight, 15% fewer than its 3 users (the streams sat idle")
     assert "bracketed: 2 users held, 3 users did not" in section.title
@@ -175,11 +183,27 @@ def test_the_section_says_where_the_search_holds_and_breaks_with_resample_shares
 def test_a_rate_search_reads_in_offered_and_delivered_requests_per_second_and_says_when_nothing_broke():
     manifest = searched([(2, HELD, 1.0), (4, HELD, 0.95)], variable="rate")
     manifest["search"]["bracket"] = [4, None]
-    levels = levels_table([{"value": 2, "x": 2.0, "w": 0.2, "gap": 0.0, "blocks": 1.0},
-                           {"value": 4, "x": 3.9, "w": 0.3, "gap": 0.0, "blocks": 0.93}])
+    levels = levels_table([{"value": 2, "x": 2.0, "w": 0.2, "gap": 0.0, "blocks": 1.0, "low": 1.1, "high": 3.2},
+                           {"value": 4, "x": 3.9, "w": 0.3, "gap": 0.0, "blocks": 0.93, "low": 2.9, "high": 5.1}],
+                          users=False)
+    section = search_section(manifest, levels)
+    assert ("over the open-loop rate: holds at 4 req/s: delivered 3.90 req/s of 4 offered (2.90–5.10), SLO met "
+            "in 93% of resamples; no level broke; Little's law: ok at 4 req/s (") in section.title
+    assert "the last third above the middle beyond both is short of the offered rate beyond the noise" in section.title
+    assert section.view.set_index("req/s").loc["4", "delivered req/s"] == "3.90 (2.90–5.10)"
+
+
+def test_a_rate_level_that_fell_short_says_so_with_its_interval():
+    manifest = searched([(8, HELD, 1.0), (16, BROKE, 0.0)], variable="rate")
+    levels = levels_table([{"value": 8, "x": 8.0, "w": 0.1, "gap": 0.0, "blocks": 1.0, "low": 6.1, "high": 10.2},
+                           {"value": 16, "x": 9.6, "w": 0.9, "gap": 0.66, "blocks": 0.0, "low": 8.0, "high": 11.4}],
+                          users=False)
     title = search_section(manifest, levels).title
-    assert ("over the open-loop rate: holds at 4 req/s offered, 3.90 req/s delivered (SLO met in 93% of resamples), "
-            "no level broke; Little's law: ok at 4 req/s (") in title
+    assert ("holds at 8 req/s: delivered 8.00 req/s of 8 offered (6.10–10.20), SLO met in 100% of resamples; "
+            "breaks at 16 req/s: delivered 9.60 req/s of 16 offered (8.00–11.40; short of it: latency from the intended "
+            "send 0.90 s, then 1.49 s), SLO met in 0% of resamples; Little's law: ok at 8 req/s; at 16 req/s 16.00 "
+            "req/s offered x 0.900 s = 14.40 in flight, 66% more than the 8.67 measured (the requests ended more slowly "
+            "than they were offered") in title
 
 
 def test_no_search_in_the_manifest_is_an_empty_section():

@@ -131,10 +131,65 @@ def test_a_rate_search_brackets_the_arrival_rate_the_server_holds_and_plots_it(s
     assert table[8]["little_holds"] and table[8]["delivered_rps"] == pytest.approx(8, rel=0.15)
     if 32 in table:  # the arrivals outran the server: 32 req/s x the latency is far above the mean in flight
         assert table[32]["little_gap"] > 0.1 and not table[32]["little_holds"] and table[32]["delivered_rps"] < 28
-    assert f"holds at {good:g} req/s offered, {table[good]['delivered_rps']:.2f} req/s delivered" in result.stdout
+    assert f"holds at {good:g} req/s: delivered {table[good]['delivered_rps']:.2f} req/s of {good:g} offered (" \
+        in result.stdout
     plots = subprocess.run([sys.executable, "-m", "analysis", "plot", str(run_dir), "--out",
                             str(tmp_path / "plots")], capture_output=True, text=True, check=True)
     assert "search_run.png" in plots.stdout and (tmp_path / "plots" / "search_run.png").stat().st_size > 10_000
+
+
+# The issue's example: a server that runs 8 requests at once, 2 free users to send the arrivals (so the client sends
+# ~25 req/s at most, ~17 on 2 busy cores), TTFT p90 within 0.3 s. A rate search judged TTFT from the send, and it held
+# at 64 req/s offered while the arrivals waited 10 s for a user. One level each, well below and well above what 2 users
+# send.
+CLIENT_BOUND_SIM = "--time-scale 0.05 --max-running-requests 8"
+CLIENT_BOUND_SEARCH = """
+[request]
+max_tokens = 256
+[load]
+mode = "search"
+variable = "rate"
+start = {rate}
+max_rate = {rate}
+duration_s = {duration}
+warmup_s = 0.3
+[scenarios.distinct-issues]
+[slo]
+ttft_s = 0.3
+ttft_p = 90
+"""
+
+
+@pytest.mark.processes
+def test_a_rate_the_client_cannot_send_breaks_on_what_its_requests_waited_and_delivered(tmp_path):
+    """2 users offered 48 req/s for 2 s, twice what they send on an idle machine: the arrivals wait for
+    a free user, so TTFT from the intended send is a second or more while TTFT from the send stays
+    short; the level kept pace with what 2 users send (2 over their latency), short of the 48
+    offered, and breaks. Offered 6 req/s for 4 s (24 requests: thirds of 8, enough for the medians'
+    intervals) it holds and delivers 6."""
+    done = run_profiles_together({rate: (tmp_path / str(rate), CLIENT_BOUND_SEARCH.format(rate=rate, duration=duration),
+                                         2) for rate, duration in ((6, 4), (48, 2))}, sim=CLIENT_BOUND_SIM)
+    (slow_result, _slow_df), (fast_result, fast_df) = done[6], done[48]
+    fast = report_json(tmp_path / "48" / "run")
+    (level,) = fast["search"]["levels"]
+    (row,) = fast["tables"]["search"]
+    measured = fast_df[fast_df["measured"] & fast_df["error"].isna()]
+    assert level["verdict"] == "broke" and fast["search"]["best"] is None and level["ttft_from"] == "intended_send"
+    assert level["ttft_s"] > 0.6 and level["ttft_s"] > 3 * measured["ttft_s"].quantile(0.9)  # from the send: short
+    assert measured["queue_s"].quantile(0.9) > 0.6
+    users_send_rps = 2 / measured["total_s"].mean()  # two users, each busy from send to end
+    assert level["delivered_rps"] == pytest.approx(users_send_rps, rel=0.25) and level["delivered_high"] < 40
+    assert row["short"] and row["delivered_rps"] == pytest.approx(level["delivered_rps"], rel=1e-9)  # as judged live
+    assert row["latency_last_s"] > row["latency_middle_s"] + 0.3  # the queue grew through the level
+    assert (f"breaks at 48 req/s: delivered {level['delivered_rps']:.2f} req/s of 48 offered ("
+            in fast_result.stdout) and "; short of it: latency from the intended send " in fast_result.stdout
+    slow = report_json(tmp_path / "6" / "run")
+    (level,) = slow["search"]["levels"]
+    (row,) = slow["tables"]["search"]
+    assert level["verdict"] == "held" and level["ttft_from"] == "intended_send" and level["ttft_s"] < 0.3
+    assert not row["short"] and level["delivered_low"] < 6 < level["delivered_high"]
+    assert level["delivered_rps"] == pytest.approx(6, rel=0.1) and "short" not in level["reason"]
+    assert "held at the top (max_rate 6 req/s)" in slow_result.stdout
 
 
 BAD_TABLES = [  # the profile's [slo] (and [load]) tables, what the last stderr line must say
