@@ -5,10 +5,13 @@
 
 The end line's figures are the summary's (`loadlib.figures.headline.cell_headline`), computed
 once, on the coordinating process, from the cell's records: those the journal gained since the
-cell started, read back at its end, so no request pays for them. They are computed on a thread
-of their own, one line after another, so that neither the cell hook's other listeners (the
-server's scrape at the cell's end) nor the requests in flight wait for them. A free-running cell
-ends on the clock: its requests still in flight then are in the summary, not in the line.
+cell started, read back at its end, so no request pays for them. They are made one line after
+another on gevent's threadpool: the cell hook's other listeners (the server's scrape at the
+cell's end) do not wait for them, and the requests in flight only share the interpreter with
+them (the loop stalled at most 0.1 s at the end of a cell of 20,000 requests, not the 0.3 s the
+line took). A
+free-running cell ends on the clock: its requests still in flight then are in the summary, not
+in the line.
 """
 
 from __future__ import annotations
