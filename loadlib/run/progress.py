@@ -5,13 +5,14 @@
 
 The end line's figures are the summary's (`loadlib.figures.headline.cell_headline`), computed
 once, on the coordinating process, from the cell's records: those the journal gained since the
-cell started, read back at its end, so no request pays for them. They are made one line after
-another on gevent's threadpool: the cell hook's other listeners (the server's scrape at the
-cell's end) do not wait for them, and the requests in flight only share the interpreter with
-them (the loop stalled at most 0.1 s at the end of a cell of 20,000 requests, not the 0.3 s the
-line took). A
-free-running cell ends on the clock: its requests still in flight then are in the summary, not
-in the line.
+cell started, read back at its end, so no request pays for them. When nothing is in flight (a
+rounds cell, a search level, the last cell: their drivers wait for every request) the line is
+made at once, before the next cell starts, which costs the run tens of ms between cells and its
+measurements nothing. A free-running cell ends on the clock while the next one runs: its line is
+made on gevent's threadpool, queued behind any line before it so that they keep their order, and
+the requests in flight only share the interpreter with it (the loop stalled at most 0.1 s at the
+end of a cell of 20,000 requests, not the 0.3 s the line took). Its requests still in flight
+when it ended are in the summary, not in the line.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ FLUSH_S = 10.0  # how long the test's end waits for the last lines
 
 class CellProgress:
     """The `cell` hook's listener that logs each cell's start and end; `journal` gives the run's
-    journal file (None before a run has one)."""
+    journal file (None before a run has one), `in_flight` the requests in flight now."""
 
-    def __init__(self, journal: Callable[[], Path | None]) -> None:
-        self.journal = journal
+    def __init__(self, journal: Callable[[], Path | None], in_flight: Callable[[], int]) -> None:
+        self.journal, self.in_flight = journal, in_flight
         self._starts: dict[int, int] = {}  # id of a cell playing -> the journal's size at its start
-        self._lines: JoinableQueue = JoinableQueue()  # what makes each line, in the cells' order
-        gevent.spawn(self._log)
+        self._queued: JoinableQueue = JoinableQueue()  # lines made on the threadpool, in the cells' order
+        gevent.spawn(self._log_queued)
 
     def on_cell(self, cell: Cell, phase: str, **_kwargs: Any) -> None:
         path = self.journal()
@@ -53,23 +54,32 @@ class CellProgress:
             return
         if phase == "start":
             self._starts[id(cell)] = path.stat().st_size if path.exists() else 0
-            self._lines.put(partial(started, cell))
+            line = partial(started, cell)
         elif (start := self._starts.pop(id(cell), None)) is not None:
-            self._lines.put(partial(ended, cell, path, start))
+            line = partial(ended, cell, path, start)
+        else:
+            return
+        if self._queued.unfinished_tasks or (phase == "end" and self.in_flight()):
+            self._queued.put(line)
+        else:
+            _log(line)
 
     def flush(self, **_kwargs: Any) -> None:
         """Waits (bounded) until every cell's line is out: the test is ending."""
-        self._lines.join(timeout=FLUSH_S)
+        self._queued.join(timeout=FLUSH_S)
 
-    def _log(self) -> None:
+    def _log_queued(self) -> None:
         threads = gevent.get_hub().threadpool
-        for line in self._lines:
-            try:
-                log.info("%s", threads.apply(line))
-            except Exception as exc:  # noqa: BLE001 (a line that cannot be made must not end the run)
-                log.warning("progress: no line for a cell: %r", exc)
-            finally:
-                self._lines.task_done()
+        for line in self._queued:
+            _log(partial(threads.apply, line))
+            self._queued.task_done()
+
+
+def _log(line: Callable[[], str]) -> None:
+    try:
+        log.info("%s", line())
+    except Exception as exc:  # noqa: BLE001 (a line that cannot be made must not end the run)
+        log.warning("progress: no line for a cell: %r", exc)
 
 
 def started(cell: Cell) -> str:

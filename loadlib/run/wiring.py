@@ -89,7 +89,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
-    progress = CellProgress(lambda: session.intake.journal.path if session.intake else None)
+    progress = CellProgress(lambda: session.intake.journal.path if session.intake else None,
+                            lambda: session.users.streams_in_flight())
     llm_events.cell.add_listener(progress.on_cell)
     if isinstance(runner, MasterRunner):
         session.users = WorkerUsers(environment, session.take_lines, session.take_record, session.live_add,
