@@ -10,7 +10,8 @@ import pandas as pd
 
 from loadlib.figures import free_running
 from loadlib.figures.goodput import GoodputSlo
-from loadlib.figures.protocol_tables import ProtocolTables
+from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables, concurrency_table, single_stream_table
+from loadlib.scenarios.base import SINGLE
 
 FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
 
@@ -53,3 +54,23 @@ def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
         "high": table[high].to_numpy(dtype="float64") if high else np.nan,
         "n": n.to_numpy(dtype="float64"),
     }, columns=FIGURE_COLUMNS)
+
+
+def cell_headline(df: pd.DataFrame) -> list[tuple[str, float]]:
+    """The figures that say how one cell went, from its records alone, as the summary's tables
+    compute them: a single-stream cell's decode t/s; an N-stream cell's aggregate t/s (over the
+    rounds that count); a free-running cell's completions/s and TTFT p50 over its steady window.
+    Each is (name, value), its unit the name's last word; none where nothing succeeded."""
+    if df.empty:
+        return []
+    case = df["case"].iloc[0]
+    if case == SINGLE:
+        single = single_stream_table(df)
+        return [] if single.empty else [("decode t/s", single["decode_tps"].iloc[0])]
+    if case in CONCURRENT_CASES:
+        row = concurrency_table(df).iloc[0]
+        return [("aggregate t/s", row["aggregate_tps"])] if row["n"] else []
+    cells = free_running.steady_cells(df)
+    steady = free_running.steady_state_table(df, cells=cells)
+    ttft = free_running.steady_percentiles(df, cells).query("figure == 'ttft_s'")
+    return [("req/s", steady["requests_per_s"].iloc[0])] + [("TTFT p50 s", p50) for p50 in ttft["p50"]]

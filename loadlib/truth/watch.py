@@ -33,13 +33,14 @@ DEFAULT_INTERVAL_S = 5.0
 
 
 def add_arguments(parser: Any) -> None:
-    """Adds the server-metrics options to Locust's parser (called from `options.add_arguments`)."""
+    """Adds the server-metrics options to their group of Locust's parser (called from
+    `options.add_arguments`)."""
     parser.add_argument("--router-metrics", type=page_url, default=None, metavar="URL",
                         help="The router's metrics page (e.g. sglang-router's --prometheus-port), "
-                             "scraped beside the target's")
+                             "scraped beside the target's (default: none)")
     parser.add_argument("--worker-metrics", type=page_url, nargs="+", default=[], metavar="URL",
                         include_in_web_ui=False,
-                        help="Each instance's metrics page behind a router: the per-instance split")
+                        help="Each instance's metrics page behind a router: the per-instance split (default: none)")
     parser.add_argument("--metrics-interval", type=non_negative_float, default=DEFAULT_INTERVAL_S,
                         metavar="S", help="Seconds between /metrics scrapes during the run, beside the "
                                           f"ones at every cell's start and end (default {DEFAULT_INTERVAL_S:g}; "
