@@ -418,9 +418,10 @@ def describe(conversations: Sequence[Conversation], source: str) -> str:
     sizes = "/".join(str(s) for s in sorted({c.block_size for c in conversations}))
     lines = [f"{source}: {len(conversations)} conversations ({scopes} hash ids, {sizes}-token blocks), "
              f"{sum(map(len, turns))} requests ({sub_requests} by "
-             f"{sum(len(c.subagents) for c in conversations)} sub-agents)",
-             "  conversation      requests   sub-agents   prompt tokens   largest prompt   span s   ideal prefix hit"]
+             f"{sum(len(c.subagents) for c in conversations)} sub-agents)"]
     width = max([12, *(len(c.id) for c in conversations)])
+    lines.append(f"  {'conversation':<{width}}    requests   sub-agents   prompt tokens   largest prompt   span s   "
+                 "ideal prefix hit")
     for conversation, ideal, ts in zip(conversations, ideals, turns):
         span = max(t.at_s for t in ts)
         lines.append(f"  {conversation.id:<{width}}  {len(ts):>10}   {len(conversation.subagents):>10}   "
