@@ -146,19 +146,23 @@ def _read_file(path: Path) -> Iterator[Conversation]:
         text = path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:  # one object (a pretty-printed file too), else one a line
-        objects = [(str(path), orjson.loads(text))]
-    except orjson.JSONDecodeError:
-        objects = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                where = f"{path} line {number}"
-                try:
-                    objects.append((where, orjson.loads(line)))
-                except orjson.JSONDecodeError as exc:
-                    raise TraceFormatError(f"{where}: not JSON ({exc})") from None
-    if not objects:
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
         raise TraceFormatError(f"{path}: no conversations")
+    try:  # a first line that is JSON on its own: one conversation a line
+        objects = [(f"{path} line {lines[0][0]}", orjson.loads(lines[0][1]))]
+    except orjson.JSONDecodeError:  # else one document, pretty-printed
+        try:
+            objects = [(str(path), orjson.loads(text))]
+        except orjson.JSONDecodeError as exc:
+            raise TraceFormatError(f"{path}: not JSON ({exc})") from None
+        lines = []
+    for number, line in lines[1:]:
+        where = f"{path} line {number}"
+        try:
+            objects.append((where, orjson.loads(line)))
+        except orjson.JSONDecodeError as exc:
+            raise TraceFormatError(f"{where}: not JSON ({exc})") from None
     for where, value in objects:
         yield _conversation(where, value)
 

@@ -134,6 +134,13 @@ def test_jsonl_and_sets_name_their_line_and_the_other_file(tmp_path):
     with pytest.raises(TraceFormatError, match=r"t\.jsonl line 2: conversation hand: the id is used twice "
                                                r"\(also in .*t\.jsonl line 1\)$"):
         read_traces(path)
+    pretty = tmp_path / "t.json"
+    pretty.write_text(json.dumps(HAND, indent=2)[:-30])
+    with pytest.raises(TraceFormatError, match=r"t\.json: not JSON \("):
+        read_traces(pretty)
+    (tmp_path / "empty.json").write_text("\n")
+    with pytest.raises(TraceFormatError, match=r"empty\.json: no conversations$"):
+        read_traces(tmp_path / "empty.json")
     global_a = {**HAND, "id": "a", "hash_id_scope": "global"}
     global_b = {**global_a, "id": "b", "block_size": 32}
     path.write_text(json.dumps(global_a) + "\n" + json.dumps(global_b) + "\n")
