@@ -110,23 +110,30 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
     launch = watched.get("launch") or {}
     rounds = (concurrency_table(df) if concurrent is None else concurrent).set_index("cell")
     failed = _failed_by_cell(df)
+    whole_run = _spans(server_figures.WHOLE_RUN, servers)  # a run whose cells no scrape framed
+
+    def server_checks(cell: str, spans: list[list[ServerCell]]) -> list[Check]:
+        found = []
+        for sources in spans:
+            refresh = server_figures.refresh_s(FLAVOURS[sources[0].flavour],
+                                               server_figures.cell_records(df, sources[0].span), launch)
+            found += [Check(cell, "tokens", *tokens_agree(sent, sources)),
+                      Check(cell, "requests", *requests_agree(sent, sources)),
+                      Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight, refresh, launch)),
+                      Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+        return found
+
     checks = []
     for cell in pd.unique(df["cell"]):
         cell = str(cell)
         checks.append(Check(cell, "client_headroom", *headroom))
         checks.append(Check(cell, "failed_requests", *failed[cell]))
         spans = _spans(cell, servers)
-        if not spans:
+        if not spans and not whole_run:
             why = server_absent or ("no scrape of the server at both the cell's start and its end (the cell is "
                                     "still running, or a scrape failed)")
             checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "accept_length")]
-        for sources in spans:
-            refresh = server_figures.refresh_s(FLAVOURS[sources[0].flavour],
-                                               server_figures.cell_records(df, sources[0].span), launch)
-            checks += [Check(cell, "tokens", *tokens_agree(sent, sources)),
-                       Check(cell, "requests", *requests_agree(sent, sources)),
-                       Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight, refresh, launch)),
-                       Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+        checks += server_checks(cell, spans)
         if cell in rounds.index:
             checks.append(Check(cell, "overlap", *overlap(rounds.loc[cell])))
         if cell in steady:
@@ -134,7 +141,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
         rows = cache[cache["cell"] == cell]
         if not rows.empty:
             checks.append(Check(cell, "cache_state", *cache_state(rows)))
-    return checks
+    return checks + server_checks(server_figures.WHOLE_RUN, whole_run)
 
 
 def validity_summary(checks: Sequence[Check]) -> dict[str, Any]:
@@ -156,8 +163,11 @@ def server_absence(manifest: Mapping[str, Any], scrapes: Sequence[Mapping[str, A
     asked = (server.get("metrics") or {}).get("sources") or {}
     if asked and set(asked) <= set(missing) | {"router"}:
         return "no /metrics (" + "; ".join(f"{name}: {why}" for name, why in missing.items()) + ")"
-    if not any(entry.get("cell") for entry in scrapes):
-        return "no /metrics: no scrape was taken during the cells"
+    if not any(entry.get("cell") for entry in scrapes) and not any(
+            entry.get("phase") == "interval" and not entry.get("error") for entry in scrapes):
+        return ("no scrape of its /metrics during the cells, nor during the run (a locustfile's own users are "
+                "judged from the run's start to its last scrape before the stop: the run was shorter than "
+                "--metrics-interval)")
     if server_figures.flavour_of(scrapes) is None:
         return "its /metrics has no metric of a known server (" + ", ".join(
             f.metrics.prefix for f in FLAVOURS.values()) + ")"

@@ -38,9 +38,9 @@ def server_cell_table(cells: list[server_figures.ServerCell], records: pd.DataFr
     """One row per source and cell, with the client's tok/chunk over the same cell beside.
 
     A cell with no measured records (warm-up, priming) is left out, as the client's figures
-    leave it out."""
+    leave it out; a run whose cells no scrape framed has one row, its `WHOLE_RUN`."""
     rows = []
-    measured_cells = set(distinct(records["cell"]))
+    measured_cells = {*distinct(records["cell"]), server_figures.WHOLE_RUN}
     for c in cells:
         if c.span.cell not in measured_cells:
             continue

@@ -51,6 +51,9 @@ DIVERGENCE_LIMIT = 0.10  # what an exact (counter) accept length is held to
 # steps at least doubles tok/chunk (stream interval 2: about +100 %), so a real merge is flagged.
 GAUGE_LIMIT = 0.5
 COUNTER, GAUGE = "counter", "gauge"
+# The one span of a run whose cells no scrape framed (a locustfile's own users, whose stats names
+# run side by side): its first and last scrapes, and every request sent between them
+WHOLE_RUN = "whole run"
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: decode batches between its gauge updates
 # Why the client's tok/chunk differs from the server's accept length (`divergence_cause`)
 MERGED = ("chunks are merged on the way (SGLang's --stream-interval above 1, or a proxy that re-chunks "
@@ -228,9 +231,11 @@ def refresh_s(flavour: Flavour, records: pd.DataFrame, launch: Mapping[str, Any]
 
 
 def cell_records(records: pd.DataFrame, span: CellSpan) -> pd.DataFrame:
-    """The client's records of a cell: its name, sent between its start and end scrapes."""
+    """The client's records of a cell: its name (any, for the `WHOLE_RUN`), sent between its
+    start and end scrapes."""
     sent = records["sent_at"]
-    return records[(records["cell"] == span.cell) & (sent >= span.started_at) & (sent <= span.ended_at)]
+    within = (sent >= span.started_at) & (sent <= span.ended_at)
+    return records[within if span.cell == WHOLE_RUN else within & (records["cell"] == span.cell)]
 
 
 def client_tok_per_chunk(records: pd.DataFrame) -> float | None:
@@ -282,10 +287,22 @@ def accept_tolerance(basis: str | None) -> float:
 # --- internals -----------------------------------------------------------------------------
 
 def _by_source_and_cell(entries: Iterable[dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """Each source's scrapes by the cell they framed. A source whose scrapes framed no cell (a
+    locustfile's own users start none) has one span, the `WHOLE_RUN`, from its run-start scrape to
+    its last interval scrape: its run-end scrape comes after the users were stopped, when a
+    request cut short leaves no record, though the server may have counted it."""
     grouped: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    loose: dict[str, list[dict[str, Any]]] = {}
     for entry in entries:
         if entry.get("cell_index") is not None:
             grouped.setdefault(entry["source"], {}).setdefault(entry["cell_index"], []).append(entry)
+        elif entry.get("phase") in ("run-start", "interval") and not entry.get("error"):
+            loose.setdefault(entry["source"], []).append(entry)
+    for source, run in loose.items():
+        if source not in grouped and run[0]["phase"] == "run-start" and len(run) > 1:
+            phases = ["start", *["interval"] * (len(run) - 2), "end"]
+            grouped[source] = {0: [{**entry, "phase": phase, "cell_index": 0, "cell": WHOLE_RUN, "case": None}
+                                   for entry, phase in zip(run, phases)]}
     return grouped
 
 

@@ -23,6 +23,8 @@ from loadlib.report.document import rows
 from loadlib.report.summary import render_summary
 from loadlib.report.targets import target_runs
 from loadlib.report.validity import checks_section, findings
+from loadlib.truth import server_figures
+from loadlib.truth.scrape import parsed
 from loadlib.truth.server_figures import CellSpan, ServerCell
 from tests.analysis.builders import build_record
 from tests.conftest import FAST_SIM, run_locust_together
@@ -475,3 +477,29 @@ def test_each_server_of_a_run_counts_its_own_warm_up_on_the_clients_side(tmp_pat
         counted = {c.name: c for c in target.data.checks if c.name in ("tokens", "requests")}
         assert counted["requests"].ok and counted["requests"].detail == "client counted 5 requests, server 5"
         assert counted["tokens"].ok
+
+
+# --- a locustfile's own users: the scrapes frame the whole run ---------------------------------------
+
+def test_a_locustfiles_own_users_are_checked_over_the_whole_run():
+    """Issue 35 item 8: a locustfile's own users start no cells, so the scrapes frame none; they
+    still frame the run, from its start to its last scrape before the stop (the run-end scrape
+    comes after the users were stopped, when a request cut short leaves no record), over which
+    the server's counters are held against every request, whichever stats name it had."""
+    records = [build_record(name, slot=i, sent_at=T0 + 1 + 4 * i, ttft_s=0.2, total_s=3.0, comp=512, chunks=100,
+                            concurrency=1, case="locust") for i, name in enumerate(("short", "explain"))]
+    scrapes = [{"t": T0 + t, "t_asked": T0 + t - 0.01, "source": "target", "phase": phase, "error": None,
+                "text": counters_page(n, 512 * n) + f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {r}\n"}
+               for t, phase, n, r in ((0, "run-start", 0, 0), (2.5, "interval", 0, 1), (6.5, "interval", 1, 1),
+                                      (9.5, "interval", 2, 0), (10, "run-end", 3, 0))]
+    entries = [parsed(e, server_figures.NAMES_READ) for e in scrapes]
+    assert server_absence(WATCHED, entries) is None
+    checks = validity_checks(records_frame(records), WATCHED, server_figures.server_cells(entries, records_frame(records)),
+                             None)
+    whole = {c.name: c for c in checks if c.cell == server_figures.WHOLE_RUN}
+    assert {name: c.ok for name, c in whole.items()} == {"tokens": True, "requests": True, "in_flight": True,
+                                                         "accept_length": None}
+    assert whole["requests"].detail == "client counted 2 requests, server 2"
+    assert not [c for c in checks if c.cell != server_figures.WHOLE_RUN and c.name == "tokens"]
+    short = [e for e in entries if e["phase"] in ("run-start", "run-end")]  # no scrape while the users ran
+    assert server_absence(WATCHED, short).startswith("no scrape of its /metrics during the cells, nor during the run")
