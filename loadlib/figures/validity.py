@@ -575,7 +575,8 @@ def _no_accept_length(source: ServerCell) -> str:
     if not names.accept_counters and not names.accept_gauge:
         return f"{source.server} exposes no accept length"
     if names.accept_counters and not names.accept_gauge:
-        return "the server counted no speculative draft during the cell (no draft model?)"
+        return ("the server's generated-token or accepted-draft counter was missing, or went back during the cell "
+                "(a restart?)")
     return ("the server's accept-length gauge did not change during the cell (it is set once per logging "
             "interval of decode batches)")
 

@@ -8,6 +8,7 @@ line for a check that went the same way in several cells, under a title that cou
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -68,8 +69,10 @@ def checks_section(checks: Sequence[Check]) -> Section:
 def findings(checks: Sequence[Check]) -> list[str]:
     """The checks that failed, then those that could not be made, in words: "c4-different: client
     and server disagree: ...", "every cell: requests (client against server) not checked: ...";
-    a check that went the same way in every cell is one line, and so is one not made in several."""
+    a check that went the same way in every cell (every time each ran) is one line, and so is one
+    not made in several."""
     cells = list(dict.fromkeys(c.cell for c in checks))
+    made = Counter(c.name for c in checks)  # a cell that ran several times has a check per time
     grouped: dict[tuple[str, bool | None, str], list[str]] = {}
     for check in checks:
         if check.ok is not True:
@@ -79,7 +82,7 @@ def findings(checks: Sequence[Check]) -> list[str]:
         for (name, ok, detail), where in grouped.items():
             if ok is not wanted:
                 continue
-            if len(cells) > 1 and set(where) == set(cells):
+            if len(cells) > 1 and set(where) == set(cells) and len(where) == made[name]:
                 labels = ["every cell"]
             else:  # a failure flags each cell; a check not made names its cells at once
                 labels = list(dict.fromkeys(where)) if ok is False else [", ".join(dict.fromkeys(where))]

@@ -320,11 +320,12 @@ def _ends(entries: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[st
 def _accept_length(names: MetricNames, start: dict, end: dict, during: list[dict],
                    refresh: float | None) -> tuple[float | None, str | None, float]:
     """The cell's accept length (tokens per target forward), its basis and its tolerance
-    (`accept_tolerance`); none for a cell in which the server drafted nothing."""
+    (`accept_tolerance`). A server that counts drafts and drafted nothing in the cell (no draft
+    model, or an n-gram drafter that found no match) made one token a forward: 1.0."""
     if names.accept_counters and names.generated:
-        accepted, drafts = (_delta(start, end, name) for name in names.accept_counters)
+        accepted = _delta(start, end, names.accept_counters[0])
         generated = _delta(start, end, names.generated)
-        if accepted is not None and drafts and generated and generated > accepted:
+        if accepted is not None and generated and generated > accepted:
             return generated / (generated - accepted), COUNTER, DIVERGENCE_LIMIT
     if names.accept_gauge:
         # Below 1: no speculative step since the server started; no data, not a figure.

@@ -125,6 +125,15 @@ def test_a_llama_server_that_drafted_on_few_steps_accepts_about_one_token_per_fo
     assert row["client_tok_per_chunk"] == 1.0 and not row["diverges"] and row["divergence_cause"] is None
 
 
+def test_a_server_that_drafted_nothing_makes_one_token_a_forward():
+    """A plain llama-server, or an n-gram drafter that found no match in the cell, counts no draft:
+    1.00 tokens per forward and no per-drafting-step figure; one token a chunk agrees with it."""
+    [cell] = server_figures.server_cells(recorded_cell("llamacpp", added={
+        name: llamacpp_page_now(0, 0, 0) for name in ("start", "during", "end")}))
+    assert (cell.accept_length, cell.accept_basis, cell.accept_per_draft) == (1.0, "counter", None)
+    assert not server_cell_table([cell], client_records(chunks=512)).iloc[0]["diverges"]
+
+
 def test_one_token_a_chunk_below_the_accept_length_is_not_a_merge():
     """llama.cpp streams one token a chunk whatever it accepts a forward: tok/chunk 1.0 against 4.0
     tokens per forward is no merge; the server view says what it is."""
