@@ -297,8 +297,9 @@ def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Ver
             if cause == server_figures.MERGED:
                 verdicts.append((False, f"{who}the client's tok/chunk is above the server's accept length: {shown}, "
                                         f"beyond {source.accept_tolerance:.0%}: {cause}"))
-            elif cause is not None:
-                verdicts.append((None, f"{who}{shown}: {cause}"))
+            elif cause is not None:  # the same words in every such cell: one line for them all (the server view has the figures)
+                verdicts.append((None, f"{who}client tok/chunk {client:.2f}, below the server's accept length beyond "
+                                       f"{source.accept_tolerance:.0%} (the server view has both): {cause}"))
             else:
                 verdicts.append((True, who + shown))
     failed = [v for v in verdicts if v[0] is False]

@@ -245,6 +245,24 @@ def test_failed_requests_are_a_failed_check():
                                           None)).title.startswith("VALIDITY: 1 of 7 checks failed")
 
 
+# --- accept length against tok/chunk ------------------------------------------------------------------
+
+def test_tok_per_chunk_above_the_accept_length_is_merging_below_it_one_token_a_chunk():
+    """Chunks merged on the way raise tok/chunk above the server's tokens per forward: that fails.
+    llama.cpp streams one token a chunk whatever it accepts: tok/chunk 1.00 against 4.00 tokens per
+    forward is no merge, and tok/chunk cannot tell the accept length there: not judged, said why."""
+    merged = judged(c2_same(chunks=50), server("llamacpp", accept=4.0, per_draft=4.2))["accept_length"]
+    assert merged.ok is False and merged.detail == (
+        "the client's tok/chunk is above the server's accept length: client tok/chunk 10.24, server accept length "
+        "4.00 tokens per forward by its counter; 4.20 per drafting step, the server's own figure (+156.0%), beyond "
+        "10%: chunks are merged on the way (SGLang's --stream-interval above 1, or a proxy that re-chunks the stream)")
+    one_a_chunk = judged(c2_same(chunks=512), server("llamacpp", accept=4.0, per_draft=4.2))["accept_length"]
+    assert one_a_chunk.ok is None and one_a_chunk.detail == (
+        "client tok/chunk 1.00, below the server's accept length beyond 10% (the server view has both): the server "
+        "streams fewer tokens per chunk than it accepts per forward (llama.cpp sends one token a chunk), so "
+        "tok/chunk cannot estimate its accept length: not a fault")
+
+
 # --- what a server does not say ----------------------------------------------------------------------
 
 def test_llama_cpp_counts_no_requests_so_that_check_is_not_made():
