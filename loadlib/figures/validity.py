@@ -45,9 +45,8 @@ from loadlib.figures.free_running import SteadyCell, steady_requests
 from loadlib.figures.protocol_tables import MISLEAD_LIMIT, concurrency_table
 from loadlib.figures.scenario_tables import cache_state_table
 from loadlib.truth import server_figures
-from loadlib.truth.probe import EFFECTIVE_MAX_RUNNING
 from loadlib.truth.server_figures import ServerCell
-from loadlib.wire.flavours import FLAVOURS
+from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS
 
 TOKEN_LIMIT = 0.02  # client and server counts of tokens and requests may differ by this share
 LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh too much to judge

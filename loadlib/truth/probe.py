@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from loadlib.wire.connection import Connection, Endpoint, TransportError
-from loadlib.wire.flavours import FLAVOURS, LLAMACPP, SGLANG, Flavour
+from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS, LLAMACPP, SGLANG, Flavour
 
 SERVER_INFO_FILE = "server_info.json"
 MODELS_PATH = "/v1/models"  # every OpenAI-compatible server
@@ -34,9 +34,6 @@ LAUNCH_FLAGS = (
     "speculative_eagle_topk", "speculative_dflash_block_size",
     "decode_log_interval",  # how often its running/queued/accept-length gauges are set
 )
-# SGLang's own running-request limit when --max-running-requests is not given: its scheduler's
-# state (`internal_states`) says what it derived, per data-parallel rank
-EFFECTIVE_MAX_RUNNING = "effective_max_running_requests_per_dp"
 REDACTED = "***"
 _SECRET_NAME = re.compile(r"api_?key|secret|passw(or)?d|credential|(^|_)token$", re.IGNORECASE)
 

@@ -152,6 +152,10 @@ LLAMACPP = Flavour(
            version_field="build_info", owned_by="llamacpp"),
     server_header="llama.cpp")
 
+# SGLang's own running-request limit when --max-running-requests is not given: what its scheduler
+# derived, per data-parallel rank, in the info body's `internal_states` (kept with the launch flags)
+EFFECTIVE_MAX_RUNNING = "effective_max_running_requests_per_dp"
+
 FLAVOURS: dict[str, Flavour] = {f.name: f for f in (SGLANG, VLLM, LLAMACPP)}
 
 # What a client's stream reader needs, whatever the server: every delta key that carries text,

@@ -205,6 +205,9 @@ def test_a_queue_in_front_of_a_server_whose_limit_is_known_fails():
         "client and server disagree on requests in flight: client 3.0, server 2.0 running + queued (means over 2 "
         "scrapes during the cell): requests wait somewhere else (a proxy, a router, the client's connections)")
     assert judged(four_streams_two_at_a_time(), proxied)["in_flight"].ok is True
+    derived = {**WATCHED, "server": {**WATCHED["server"], "launch": {"max_running_requests": None,
+                                                                  "effective_max_running_requests_per_dp": 2}}}
+    assert judged(four_streams_two_at_a_time(), proxied, manifest=derived)["in_flight"].ok is False  # SGLang's own
 
 
 # --- the protocol's aggregate, failed requests --------------------------------------------------------

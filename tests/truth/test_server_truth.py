@@ -23,7 +23,7 @@ from loadlib.report.document import rows
 from loadlib.report.server_view import server_cell_table
 from loadlib.sim.process import start_simulator
 from loadlib.truth import server_figures
-from loadlib.truth.probe import REDACTED, redact
+from loadlib.truth.probe import REDACTED, launch_flags, redact
 from loadlib.truth.scrape import parsed, read_scrapes
 from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
@@ -215,6 +215,13 @@ def test_records_outside_the_cells_scrapes_are_not_its_records():
 
 
 # --- server info and scraping never raise ------------------------------------------------------
+
+def test_launch_flags_keep_how_often_sglang_sets_its_gauges_and_its_derived_running_limit():
+    info = {"tp_size": 2, "max_running_requests": None, "decode_log_interval": 40,
+            "internal_states": [{"effective_max_running_requests_per_dp": 48, "last_gen_throughput": 1.0}]}
+    flags = launch_flags({"/get_server_info": info})
+    assert flags["decode_log_interval"] == 40 and flags["effective_max_running_requests_per_dp"] == 48
+
 
 def test_secrets_in_server_answers_are_redacted():
     key = "sk-live-0123456789"
