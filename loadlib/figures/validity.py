@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.capacity import LITTLE_TOLERANCE, flow
+from loadlib.figures.capacity import LITTLE_TOLERANCE, delivery, flow
 from loadlib.figures.client_limits import LAG_LIMIT_S, client_limited
 from loadlib.figures.free_running import SteadyCell, steady_requests
 from loadlib.figures.protocol_tables import MISLEAD_LIMIT, concurrency_table
@@ -390,7 +390,11 @@ def failed_requests(cell: pd.DataFrame) -> Verdict:
 
 def littles_law(cell: SteadyCell) -> Verdict:
     """Over the steady window: mean in flight (L) against arrival rate x mean latency (λW) of the
-    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`."""
+    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`. A queue
+    that grows through a cell sent on a schedule keeps L = λW over a window of it (the rate its
+    requests end is the rate the server serves), so there the cell is also not steady when its last
+    third of requests waited longer from their intended send than its middle third, beyond both
+    medians' intervals (`capacity.delivery`, as the capacity search judges a level)."""
     _name, group, _origin, sent, end, start, stop = cell
     window = flow(sent, end, group["ok"].to_numpy(dtype=bool), start, stop)
     n = int(steady_requests(sent, start, stop).sum())
@@ -401,10 +405,15 @@ def littles_law(cell: SteadyCell) -> Verdict:
     relative = window.in_flight / expected - 1 if expected else math.inf
     shown = (f"{window.in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
              f"= {expected:.1f} ({relative * 100:+.1f}%)")
-    if abs(relative) <= LITTLE_TOLERANCE:
-        return True, shown
-    return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
-                   "(a queue grew or drained during it)")
+    if abs(relative) > LITTLE_TOLERANCE:
+        return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
+                       "(a queue grew or drained during it)")
+    growth = delivery(group, rate) if group["queue_s"].notna().any() else None
+    if growth is not None and growth.short:
+        return False, (f"the queue grew through the cell: its last third of requests waited {growth.last.value:.2f} s "
+                       f"from their intended send, its middle third {growth.middle.value:.2f} s (beyond both medians' "
+                       f"intervals); {shown}, as it does over a window of a growing queue: the cell was not steady")
+    return True, shown
 
 
 def cache_state(rows: pd.DataFrame) -> Verdict:

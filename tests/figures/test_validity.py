@@ -369,6 +369,31 @@ def test_littles_law_fails_in_a_cell_shorter_than_its_requests():
     assert detail.endswith("the cell was not steady (a queue grew or drained during it)")
 
 
+def open_loop(rate: float, served: float, seconds: float = 60.0) -> list[dict]:
+    """Requests due every 1/rate s at a server that serves one at a time, each in 1/served s: each
+    is sent when due (queue_s 0) and waits for those before it on the server."""
+    records, free_at = [], T0
+    for i in range(int(seconds * rate)):
+        due = T0 + i / rate
+        start = max(due, free_at)
+        free_at = start + 1 / served
+        records.append(build_record("open", slot=i, sent_at=due, ttft_s=start - due + 0.2 / served,
+                                    total_s=free_at - due, concurrency=64, case="open", queue_s=0.0))
+    return records
+
+
+def test_littles_law_fails_where_a_scheduled_cells_queue_grew():
+    """Due at 10/s, served at 8/s: the queue grows by 2 a second. Over a window of it the requests
+    still end at the rate the server serves (L = λW holds), but the last third waited longer than
+    the middle third: not steady. At 6/s the same server keeps up: steady."""
+    [growing] = free_running.steady_cells(records_frame(open_loop(10, 8)))
+    ok, detail = littles_law(growing)
+    assert ok is False and detail.startswith("the queue grew through the cell: its last third of requests waited")
+    assert detail.endswith("as it does over a window of a growing queue: the cell was not steady")
+    [kept] = free_running.steady_cells(records_frame(open_loop(6, 8)))
+    assert littles_law(kept)[0] is True
+
+
 def test_littles_law_needs_enough_requests():
     [cell] = free_running.steady_cells(records_frame(closed_loop(streams=2, seconds=5)))
     assert littles_law(cell) == (None, "too few requests in the steady window (10; 20 at least)")
