@@ -1,12 +1,12 @@
 """A server-configuration sweep's sections: one row per configuration (`loadlib.figures.sweep`) and
 the last log lines of those that did not serve (the verdicts of each configuration against the
-first that served follow, `loadlib.report.run_figures`); and a chart of the table. It formats;
+first that served follow, `loadlib.report.contents.sweep_of`); and a chart of the table. It formats;
 the figures come computed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,11 +23,10 @@ if TYPE_CHECKING:
 LOG_LINES = 3  # of a configuration that did not serve, its log's last lines in the summary
 
 
-def sweep_sections(runs: Sequence[sweep.ConfigRun], slo: GoodputSlo) -> tuple[list[Section], dict[str, Any]]:
+def sweep_sections(table: pd.DataFrame, slo: GoodputSlo) -> tuple[list[Section], dict[str, Any]]:
     """The sweep's table and the logs of the configurations that did not serve, and `report
-    --json`'s `"sweep"`. `runs` are the configurations in the order run (`sweep.config_runs`),
+    --json`'s `"sweep"`. `table` is `sweep.sweep_table` of the configurations in the order run,
     their figures measured against `slo`."""
-    table = sweep.sweep_table(runs)
     return [sweep_section(table, slo), logs_section(table)], {"sweep": sweep.sweep_rows(table)}
 
 

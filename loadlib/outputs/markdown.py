@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from loadlib.report.document import Document, flatten
 
+if TYPE_CHECKING:
+    from loadlib.outputs import Reading
 
-def render(document: Document) -> str:
+
+HELP = "Markdown tables for posting"  # the command line's words for it
+
+def render(reading: Reading) -> str:
+    return render_document(reading.document)
+
+
+def render_document(document: Document) -> str:
     parts = [f"## {document.heading}"]
     if document.manifest:
         manifest = pd.DataFrame(list(flatten(document.manifest).items()), columns=["manifest", "value"])
