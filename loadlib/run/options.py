@@ -121,6 +121,9 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--thinking", type=thinking_mode, default=DEFAULT_THINKING, metavar="server|on|off",
                        help="chat_template_kwargs.enable_thinking on or off, or server: send no "
                             "chat_template_kwargs, the server's chat template decides (default off)")
+    group.add_argument("--spec-details", choices=("auto", "on", "off"), default="auto",
+                       help="Ask the server for its account of each request's speculative decoding "
+                            "(return_spec_tokens_details): auto asks SGLang alone (default auto)")
     group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",
                        help="Concurrent stream counts to measure, each at most -u (default 2,4,8)")
     group.add_argument("--scenarios", type=name_list, default=DEFAULT_SCENARIOS, metavar="NAME,...",
