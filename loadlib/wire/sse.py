@@ -300,7 +300,7 @@ class StreamReader:
 class SpecAccount(NamedTuple):
     """What a server says of one request's speculative decoding (the record's `spec_*` fields)."""
 
-    verify_steps: int  # target forward passes that checked a draft
+    verify_steps: int  # the target's passes that checked a draft (llama.cpp: all its passes, see below)
     draft_tokens: int  # draft tokens proposed
     accepted_tokens: int  # of those, accepted (the token each step samples itself not counted)
     histogram: str | None  # verify steps that accepted exactly 0, 1, 2, ... drafts: "12,3,0,5"
