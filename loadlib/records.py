@@ -136,8 +136,9 @@ class RecordJournal:
             self._file.close()
 
 
-def read_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yields the record dicts of a journal (a run directory or the file itself).
+def read_records(path: str | os.PathLike[str], start: int = 0) -> Iterator[dict[str, Any]]:
+    """Yields the record dicts of a journal (a run directory or the file itself), from the byte
+    offset `start` (the journal's size when something began) on.
 
     A torn last line (the process was killed mid-write) is skipped, not fatal.
     """
@@ -145,6 +146,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     if path.is_dir():
         path = path / RECORDS_FILE
     with open(path, "rb") as fh:
+        fh.seek(start)
         for line in fh:
             if not line.strip():
                 continue

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from loadlib.run.config import RunConfig
     from loadlib.run.users import LLMUser
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("uni-bench")
 
 USERS_WAIT_S = 120.0  # how long a cell waits for its users to be spawned before going on
 UserKind = Literal["locustfile", "per_scenario", "free_slots"]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from loadlib.profiles import Profile, Slo
     from loadlib.run.config import RunConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("uni-bench")
 
 IDLE_POLL_S = 0.2  # how often an idle user of the search looks for its next level
 LEVEL_LEAD_S = 0.5  # a search level starts this long after it is announced (messages reach the workers)
@@ -201,6 +201,8 @@ class SearchDriver(Driver):
             self.timeline.add(span)
             self.run.announce(span.to_message())
         self.plan.append(cell)
+        log.info("search: %slevel %d, %s", f"{self.target}: " if self.target else "", len(self.search.order) + 1,
+                 f"{concurrency} user{'s' * (concurrency != 1)}" if users_variable else f"{rate:g} req/s")
         note = f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}"
         self.phase = Phase("running", name, CASE, concurrency, duration_s=spans[-1].end - start, started_at=start,
                            note=note, target=self.target)

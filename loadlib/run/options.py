@@ -2,9 +2,9 @@
 
 They are real Locust options: they are read from the command line, the environment and config
 files as Locust's are, appear in the web UI's start form, and reach workers with the rest of the
-parsed options. (`locust --help` prints before it loads a locustfile, so it cannot list them:
-docs/protocol.md does.) Bad values stop the run before it starts
-with argparse's one-line error (exit code 2).
+parsed options. `locust -f FILE --help` lists them in their groups (`loadlib.run.locust_help`
+loads the locustfile first). Bad values stop the run before it starts with argparse's one-line
+error (exit code 2).
 """
 
 from __future__ import annotations
@@ -104,48 +104,71 @@ PROFILE_SETTINGS: dict[str, Any] = {
 LOAD_MODE_OPTIONS = ("rounds", "concurrency", "scenarios")  # meaningless for a locustfile's own users
 
 
+class OptionGroup:
+    """One heading of `--help`. Its `add_argument` takes Locust's `include_in_web_ui`, as Locust's
+    parser does: argparse's groups do not know it, and an option without it stays out of the web
+    UI's start form."""
+
+    def __init__(self, parser: Any, title: str, description: str | None = None) -> None:
+        self._group = parser.add_argument_group(title, description)
+
+    def add_argument(self, *flags: str, include_in_web_ui: bool = True, **kwargs: Any) -> argparse.Action:
+        action = self._group.add_argument(*flags, **kwargs)
+        action.include_in_web_ui = include_in_web_ui
+        return action
+
+
 def add_arguments(parser: Any) -> None:
-    """Adds the tool's options to Locust's (configargparse) parser."""
+    """Adds the tool's options to Locust's (configargparse) parser, under four headings."""
     parser.set_defaults(web_host="127.0.0.1")  # servers this tool starts bind loopback unless told
     if local_processes(sys.argv[1:], os.environ):
         port = free_port()  # two such runs on one machine must not join each other (Locust's 5557)
         parser.set_defaults(master_bind_host="127.0.0.1", master_bind_port=port, master_port=port)
-    group = parser  # Locust's own add_argument (not a group's) knows include_in_web_ui
-    group.add_argument("--model", default="", help="Model name to request (default: the first id in /v1/models)")
-    group.add_argument("--api-key", default="", include_in_web_ui=False,
-                       help="API key (default: $OPENAI_API_KEY); never written to any file")
-    group.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
-                       help=f"Rounds per cell (default {DEFAULT_ROUNDS})")
-    group.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
-                       help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
-    group.add_argument("--thinking", type=thinking_mode, default=DEFAULT_THINKING, metavar="server|on|off",
-                       help="chat_template_kwargs.enable_thinking on or off, or server: send no "
-                            "chat_template_kwargs, the server's chat template decides (default off)")
-    group.add_argument("--spec-details", choices=("auto", "on", "off"), default="auto",
-                       help="Ask the server for its account of each request's speculative decoding "
-                            "(return_spec_tokens_details): auto asks SGLang alone (default auto)")
-    group.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",
-                       help="Concurrent stream counts to measure, each at most -u (default 2,4,8)")
-    group.add_argument("--scenarios", type=name_list, default=DEFAULT_SCENARIOS, metavar="NAME,...",
-                       help="Single-stream scenarios (default code,en_tech,cn_chat,cn_essay)")
-    group.add_argument("--request-timeout", type=positive_float, default=900.0,
-                       help="Seconds one request may take in all (default 900)")
-    group.add_argument("--keep-going", action="store_true", default=False,
-                       help="Run on even when the first requests all fail the same way, or the server goes away "
-                            "mid-run (default: stop with the reason)")
-    group.add_argument("--insecure", action="store_true", default=False,
-                       help="Do not verify the server's TLS certificate")
-    group.add_argument("--run-dir", default="", help="Where the run's files go (default runs/<timestamp>-<label>)")
-    group.add_argument("--label", default="", help="A name for the run (default: sim or the target host)")
-    group.add_argument("--sim-args", default="", include_in_web_ui=False,
-                       help="Extra arguments for the built-in simulator, used when no --host is given "
-                            "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash')")
-    group.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT", include_in_web_ui=False,
-                       help="Serve the run's live metrics for Prometheus at http://WEB_HOST:PORT/metrics "
-                            "(docs/metrics.md)")
-    server_watch.add_arguments(group)
-    # energy per cell (docs/server-truth.md#energy-per-cell)
-    group.add_argument("--gpu-power", type=gpu_power.gpu_power_option, default=None, metavar="nvml[:0,1]|dcgm=URL",
+    requests = OptionGroup(parser, "uni-bench: the server and its requests")
+    requests.add_argument("--model", default="", metavar="NAME",
+                          help="Model name to request (default: the first id in /v1/models)")
+    requests.add_argument("--api-key", default="", metavar="KEY", include_in_web_ui=False,
+                          help="API key (default: $OPENAI_API_KEY); never written to any file")
+    requests.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, metavar="N",
+                          help=f"max_tokens per request (default {DEFAULT_MAX_TOKENS})")
+    requests.add_argument("--thinking", type=thinking_mode, default=DEFAULT_THINKING, metavar="server|on|off",
+                          help="chat_template_kwargs.enable_thinking on or off, or server: send no "
+                               "chat_template_kwargs, the server's chat template decides "
+                               f"(default {DEFAULT_THINKING})")
+    requests.add_argument("--spec-details", choices=("auto", "on", "off"), default="auto",
+                          help="Ask the server for its account of each request's speculative decoding "
+                               "(return_spec_tokens_details): auto asks SGLang alone, as /v1/models names it "
+                               "(default auto)")
+    requests.add_argument("--request-timeout", type=positive_float, default=900.0, metavar="S",
+                          help="Seconds one request may take in all (default 900)")
+    requests.add_argument("--insecure", action="store_true", default=False,
+                          help="Do not verify the server's TLS certificate (default: verify it)")
+    requests.add_argument("--sim-args", default="", metavar="ARGS", include_in_web_ui=False,
+                          help="Extra arguments for the built-in simulator, used when no --host is given "
+                               "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash'; default: none)")
+    protocol = OptionGroup(parser, "uni-bench: the protocol's rounds",
+                           "For a locustfile of ModeUsers (locustfiles/dflash.py). --profile FILE (Locust's\n"
+                           "option, above) runs a profile instead (profiles/*.toml, docs/profiles.md),\n"
+                           "which sets these itself.")
+    protocol.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, metavar="N",
+                          help=f"Rounds per cell (default {DEFAULT_ROUNDS})")
+    protocol.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY, metavar="N,N,...",
+                          help=f"Concurrent stream counts to measure, each at most -u (default {DEFAULT_CONCURRENCY})")
+    protocol.add_argument("--scenarios", type=name_list, default=DEFAULT_SCENARIOS, metavar="NAME,...",
+                          help=f"Single-stream scenarios (default {DEFAULT_SCENARIOS})")
+    run = OptionGroup(parser, "uni-bench: the run")
+    run.add_argument("--run-dir", default="", metavar="DIR",
+                     help="Where the run's files go (default: runs/<timestamp>-<label>)")
+    run.add_argument("--label", default="", metavar="NAME", help="A name for the run (default: sim or the target host)")
+    run.add_argument("--keep-going", action="store_true", default=False,
+                     help="Run on even when the first requests all fail the same way, or the server goes away "
+                          "mid-run (default: stop with the reason)")
+    run.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT", include_in_web_ui=False,
+                     help="Serve the run's live metrics for Prometheus at http://WEB_HOST:PORT/metrics "
+                          "(docs/metrics.md; default: not served)")
+    truth = OptionGroup(parser, "uni-bench: the server's /metrics and the GPUs' energy (docs/server-truth.md)")
+    server_watch.add_arguments(truth)
+    truth.add_argument("--gpu-power", type=gpu_power.gpu_power_option, default=None, metavar="nvml[:0,1]|dcgm=URL",
                        include_in_web_ui=False,
                        help="Read the GPUs' energy around every cell: NVML on this machine (every GPU, or those "
-                            "listed; needs the extra 'gpu') or a DCGM exporter's /metrics")
+                            "listed; needs the extra 'gpu') or a DCGM exporter's /metrics (default: not read)")

@@ -2,7 +2,8 @@
 
 `init_command_line_parser` adds the tool's options; `init` sets up each process: the
 coordinating one (the local runner, or the master) gets a `RunSession` whose users run here
-(`LocalUsers`) or on Locust's workers (`WorkerUsers`); a worker gets its `ProcessRun`, takes each
+(`LocalUsers`) or on Locust's workers (`WorkerUsers`), and logs each cell's start and end
+(`CellProgress`, on the tool's `cell` hook); a worker gets its `ProcessRun`, takes each
 test's configuration, the load mode's announcements and the rounds' assignments from the master
 (custom messages), and sends its records back in batches and its self-watch with its reports.
 `test_start`/`test_stop` frame a test; the load shape (`loadlib.run.shape`) spawns what the mode
@@ -28,6 +29,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadlib.hooks import events as llm_events
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
 from loadlib.run import metrics_export, options, otel_export
@@ -75,7 +77,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
         _init_worker(environment, runner, ProcessRun(environment, settings, WorkerSink(runner.send_message, watch),
                                                      watch))
         return
-    from loadlib.run.session import RunSession  # the coordinator's half: its run-end tables need pandas, a worker not
+    from loadlib.run.progress import CellProgress  # the coordinator's half: its tables need pandas, a worker not
+    from loadlib.run.session import RunSession
 
     locustfile_classes = list(environment.user_classes)
     plays_load_modes = any(issubclass(cls, ModeUser) for cls in locustfile_classes)
@@ -86,6 +89,9 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
+    progress = CellProgress(lambda: session.intake.journal.path if session.intake else None,
+                            lambda: session.users.streams_in_flight())
+    llm_events.cell.add_listener(progress.on_cell)
     if isinstance(runner, MasterRunner):
         session.users = WorkerUsers(environment, session.take_lines, session.take_record, session.live_add,
                                     session.stop, respawn_lost_users=plays_load_modes)
@@ -100,6 +106,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     if opts.headless and environment.shape_class is not None:
         _sigterm_like_ctrl_c()
     environment.events.test_start.add_listener(lambda **_: session.begin())
+    environment.events.test_stop.add_listener(progress.flush)
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: target.stop())
     environment.events.quit.add_listener(lambda **_: _summary_into_html_report(session))

@@ -208,7 +208,7 @@ def lost_record(assignment: Assignment, reason: str) -> RequestRecord:
         concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
         worker=-1, user=-1, sent_at=assignment.start_at, error=reason,
         max_tokens=assignment.body.get("max_tokens"), cache_intended=assignment.cache_intended,
-        turn=assignment.turn, measured=assignment.measured,
+        turn=assignment.turn, measured=assignment.measured, target=tag.target,
     )
 
 

@@ -90,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = config_from_args(args)
     try:
         server_args.check(cfg)
-    except ValueError as exc:  # SGLang's launch_server ends on this ValueError, exit status 1
-        print(f"ValueError: {exc}", file=sys.stderr)
+    except (ValueError, AssertionError) as exc:  # SGLang's launch_server ends on these, exit status 1
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if cfg.not_modelled:
         print(f"loadlib.sim: accepted but not modelled: {', '.join(cfg.not_modelled)}", file=sys.stderr)

@@ -60,7 +60,7 @@ def accept_cdf(mean: float, block: int) -> tuple[float, ...]:
 class SimRequest:
     """One generation request as the engine sees it (token counts, cache state, progress)."""
 
-    __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "prefilled", "limit",
+    __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "loaded_tokens", "prefilled", "limit",
                  "output", "generated", "streamed", "finish_reason", "aborted", "on_step",
                  "uncounted", "verify_steps", "accepted", "accept_histogram", "_cdf", "_cdf_reasoning", "_rng")
 
@@ -70,7 +70,8 @@ class SimRequest:
         self.rid = rid
         self.prompt_ids = prompt_ids
         self.prompt_tokens = len(prompt_ids)
-        self.cached_tokens = 0
+        self.cached_tokens = 0  # from the prefix cache, the host tier's included
+        self.loaded_tokens = 0  # of those, the ones loaded back from the host tier
         self.prefilled = -1  # -1: not yet matched against the radix cache
         self.limit = limit  # tokens this request will generate in total
         self.output = output
@@ -189,7 +190,8 @@ class Engine:
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
-        self.radix = RadixCache(cfg.radix_cache_tokens, cfg.page_size)
+        host_tokens = round(cfg.radix_cache_tokens * cfg.hicache_ratio) if cfg.enable_hierarchical_cache else 0
+        self.radix = RadixCache(cfg.radix_cache_tokens, cfg.page_size, host_tokens)
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.stats = Stats()
@@ -353,8 +355,10 @@ class Engine:
             if req.aborted:
                 continue
             if req.prefilled < 0:
-                matched = 0 if cfg.disable_radix_cache else self.radix.match(req.prompt_ids[:-1])
-                req.cached_tokens = req.prefilled = matched
+                if not cfg.disable_radix_cache:
+                    hit = self.radix.match(req.prompt_ids[:-1])
+                    req.cached_tokens, req.loaded_tokens = hit.tokens, hit.host
+                req.prefilled = req.cached_tokens
             n = min(req.prompt_tokens - req.prefilled, budget)
             batch.append((req, n))
             budget -= n
@@ -365,13 +369,16 @@ class Engine:
         return batch
 
     def _prefill_duration(self, batch: list[tuple[SimRequest, int]]) -> float:
-        """Linear and attention terms over the batch's new tokens, but at least one forward."""
+        """Linear and attention terms over the batch's new tokens, but at least one forward; then
+        loading back what a request's first chunk found on the host tier (not overlapped)."""
         cfg = self.cfg
-        total = 0.0
+        total = load = 0.0
         for req, n in batch:
             c = req.prefilled
             total += n * cfg.prefill_token_s + ((c + n) ** 2 - c ** 2) * cfg.prefill_quad_s
-        return max(cfg.prefill_step_s, total)
+            if c == req.cached_tokens:
+                load += req.loaded_tokens / cfg.hicache_load_tokens_per_s
+        return max(cfg.prefill_step_s, total) + load
 
     def _finish_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
         stats = self.stats

@@ -25,6 +25,10 @@ class SimConfig:
     - a prefill step over chunks of n new tokens each after c tokens of context costs
       `max(prefill_step_s, sum(n * prefill_token_s + ((c + n)**2 - c**2) * prefill_quad_s))`:
       it blocks every running decode, and even a few tokens cost one forward pass;
+    - with the host tier (`enable_hierarchical_cache`, `hicache_ratio` times the device cache on the
+      host), the prefix a request finds only on the host is loaded back before its prefill at
+      `hicache_load_tokens_per_s`, added to the prefill step that holds its first chunk (SGLang
+      overlaps the load with the forward layer by layer; not overlapping it is the cautious bound);
     - a verify (decode) step with B running requests and C context tokens in total costs
       `verify_step_s + (B - 1) * verify_extra_req_s + C * verify_ctx_token_s`;
     - a verify step gives each request 1..`speculative_num_draft_tokens` tokens, drawn from a
@@ -44,6 +48,12 @@ class SimConfig:
     context_length: int = 262144
     radix_cache_tokens: int = 600_000
     disable_radix_cache: bool = False
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float = 2.0  # SGLang's default: the host pool is this many times the device's
+    # host-to-device copy of KV cache, in tokens/s: PCIe 4.0 x16 (~25 GB/s a GPU) over the KV of a
+    # 64-layer model with 8 KV heads of 128 dims in fp8 (128 KiB a token), split over tp=2 (64 KiB
+    # a GPU): ~380k tokens/s. An estimate, not fitted: the thread has no hierarchical-cache figure
+    hicache_load_tokens_per_s: float = 380_000.0
     page_size: int = 1
     stream_interval: int = 1
     decode_log_interval: int = 40  # decode batches between SGLang's decode logs (and gauges)

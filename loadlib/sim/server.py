@@ -402,6 +402,7 @@ class SimServer:
                 "kv_cache_dtype": cfg.kv_cache_dtype, "mem_fraction_static": cfg.mem_fraction_static,
                 "disable_radix_cache": cfg.disable_radix_cache,
                 "enable_cache_report": cfg.enable_cache_report,
+                "enable_hierarchical_cache": cfg.enable_hierarchical_cache, "hicache_ratio": cfg.hicache_ratio,
                 "speculative_algorithm": cfg.speculative_algorithm,
                 "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
                 "speculative_dflash_block_size": cfg.speculative_dflash_block_size,

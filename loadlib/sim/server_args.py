@@ -4,15 +4,15 @@
 lines use (and a few more that recipes pass), under SGLang's names. Three kinds:
 
 - **modelled** (`add_modelled`): they change what the simulator does (the batch bound, prefill
-  chunks, draft tokens, the radix cache, ...; `--mem-fraction-static` through the memory model
-  below);
+  chunks, draft tokens, the radix cache and its host tier, ...; `--mem-fraction-static` through
+  the memory model below);
 - **reported** (`REPORTED`): accepted, shown in `/get_server_info` as SGLang shows them, and listed
   as not modelled there (`simulator.not_modelled`) and in one line on stderr at start-up;
 - anything else is refused, as SGLang refuses an unknown flag (exit 2).
 
-`check` refuses what SGLang's own argument checks refuse, with SGLang's message (its
-`python/sglang/srt/arg_groups/speculative_hook.py`, `_handle_dflash`), for `__main__` to exit 1
-as `launch_server` does on that ValueError.
+`check` refuses what SGLang's own start-up checks refuse, with SGLang's message (its
+`python/sglang/srt/arg_groups/speculative_hook.py`, `_handle_dflash`, and the host KV pool's
+assertion that it is larger than the device's), for `__main__` to exit 1 as `launch_server` does.
 
 The memory model (`draft_graph_free_gib`) decides whether SGLang would capture the DFLASH draft's
 CUDA graph: after the target is initialised a GPU has `gpu_memory_gib * (1 - mem_fraction_static)
@@ -43,8 +43,6 @@ REPORTED: tuple[tuple[tuple[str, ...], type], ...] = (
     (("--kv-cache-dtype",), str),
     (("--speculative-draft-model-path",), str),
     (("--trust-remote-code",), bool),
-    (("--enable-hierarchical-cache",), bool),
-    (("--hicache-ratio",), float),
     (("--hicache-size",), int),
     (("--max-mamba-cache-size",), int),
     (("--reasoning-parser",), str),
@@ -90,6 +88,11 @@ def add_modelled(group: argparse._ArgumentGroup, positive_int: Callable[[str], f
     group.add_argument("--disable-radix-cache", action=argparse.BooleanOptionalAction, default=None)
     group.add_argument("--enable-cache-report", action=argparse.BooleanOptionalAction, default=None,
                        help="report usage.prompt_tokens_details.cached_tokens (the preset turns it on)")
+    group.add_argument("--enable-hierarchical-cache", action="store_true", default=None,
+                       help="a host tier under the radix cache: evicted blocks stay in host memory and "
+                            "are loaded back when a prompt needs them (docs/simulator.md)")
+    group.add_argument("--hicache-ratio", type=float,
+                       help="the host tier's size, in times the radix cache's (default 2, SGLang's)")
 
 
 def add_reported(group: argparse._ArgumentGroup) -> None:
@@ -121,8 +124,11 @@ def apply(cfg: SimConfig, args: argparse.Namespace) -> SimConfig:
 
 
 def check(cfg: SimConfig) -> None:
-    """Refuses, as SGLang's `_handle_dflash` does, a DFLASH configuration it would not start:
-    ValueError with SGLang's message."""
+    """Refuses what SGLang would not start, with SGLang's message: a DFLASH configuration its
+    `_handle_dflash` refuses (ValueError), and a host tier no larger than the device's cache (the
+    AssertionError of its host KV pool, `memory_pool_host.py`)."""
+    if cfg.enable_hierarchical_cache and round(cfg.radix_cache_tokens * cfg.hicache_ratio) <= cfg.radix_cache_tokens:
+        raise AssertionError("The host memory should be larger than the device memory with the current protocol")
     if cfg.speculative_algorithm != DFLASH or cfg.speculative_dflash_block_size is None:
         return
     block, draft = cfg.speculative_dflash_block_size, cfg.speculative_num_draft_tokens

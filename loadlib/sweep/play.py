@@ -57,12 +57,12 @@ class SweepDriver(DriverOfDrivers):
         self.logs.mkdir(parents=True, exist_ok=True)
         for index, config in enumerate(self.configs):
             self.phase = Phase("starting", note=f"server {index + 1} of {len(self.configs)}: {config.label}")
+            log.info("sweep: configuration %d of %d, %s", index + 1, len(self.configs), config.label)
             self._play(config)
             if self.stopped:
                 return
 
     def _play(self, config: ServerConfig) -> None:
-        log.info("sweep: starting %s", config.label)
         self.launching = config
         server = self.server = launch(config, self.profile.server, self.logs / f"{config.label}.log")
         self.launching = None

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from loadlib.records import read_records
+from loadlib.run.workers import WORKER_LOST
 from tests.conftest import FAST_SIM, LOCUSTFILE
 
 pytestmark = pytest.mark.processes
@@ -32,6 +33,24 @@ class Chat(LLMUser):
     def ask(self):
         self.chat([{"role": "user", "content": "Name a prime."}], name="prime", max_tokens=64)
 '''
+
+AB_PROFILE = """
+[request]
+max_tokens = 1024
+thinking = false
+[load]
+mode = "rounds"
+rounds = 3
+concurrency = [2]
+[scenarios.protocol]
+single = []
+[[targets]]
+label = "A"
+sim_args = "%s"
+[[targets]]
+label = "B"
+sim_args = "%s"
+""" % (FAST_SIM, FAST_SIM)
 
 
 def locust(args: list[str], cwd: Path) -> subprocess.Popen[str]:
@@ -59,12 +78,14 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory):
-    """Two runs with 2 worker processes, started together, each with one worker SIGKILLed once
-    its first records are in: the protocol (2 records) and your own locustfile (4 records). Yields
-    name -> (run directory, proc, pid killed, when, stdout, stderr, seconds from the kill to the end)."""
+    """Three runs with 2 worker processes, started together, each with one worker SIGKILLed once
+    its first records are in: the protocol (2 records), your own locustfile (4 records) and an A/B
+    run of the protocol's rounds (2 records). Yields name -> (run directory, proc, pid killed, when,
+    stdout, stderr, seconds from the kill to the end)."""
     work = tmp_path_factory.mktemp("lost")
     (work / "own").mkdir()
     (work / "own" / "mylocust.py").write_text(OWN_LOCUSTFILE)
+    (work / "ab.toml").write_text(AB_PROFILE)
     runs = {
         "protocol": (work / "protocol" / "r", 2, locust(
             ["-f", str(LOCUSTFILE), "--headless", "-u", "4", "--processes", "2", "--rounds", "3", "--scenarios", "",
@@ -73,6 +94,9 @@ def killed(tmp_path_factory):
         "own": (work / "own" / "r", 4, locust(
             ["-f", "mylocust.py", "--headless", "-u", "4", "-r", "4", "-t", "8s", "--processes", "2",
              "--loglevel", "WARNING", "--run-dir", str(work / "own" / "r"), "--sim-args", FAST_SIM], work / "own")),
+        "ab": (work / "ab" / "r", 2, locust(
+            ["-f", str(LOCUSTFILE), "--headless", "-u", "2", "--processes", "2", "--profile", str(work / "ab.toml"),
+             "--loglevel", "WARNING", "--run-dir", str(work / "ab" / "r")], work)),
     }
     kills = {}
     try:
@@ -99,7 +123,8 @@ def killed(tmp_path_factory):
         return out, err, time.time() - kills[name][1]
 
     with ThreadPoolExecutor(len(runs)) as pool:  # each run's end timed on its own
-        ends = {"protocol": pool.submit(end, "protocol", 90), "own": pool.submit(end, "own", 60)}
+        ends = {"protocol": pool.submit(end, "protocol", 90), "own": pool.submit(end, "own", 60),
+                "ab": pool.submit(end, "ab", 90)}
         return {name: (runs[name][0], runs[name][2], *kills[name], *ends[name].result()) for name in runs}
 
 
@@ -126,6 +151,17 @@ def test_with_your_own_locustfile_a_lost_worker_is_named_in_the_summary_and_mani
     assert lost["pid"] == pid and lost["users"] == 2 and killed_at - 1 <= lost["at"] <= killed_at + 10
     summary = (run_dir / "summary.txt").read_text(encoding="utf-8")
     assert "WORKERS LOST: 1 worker process" in summary and "with 2 users" in summary, summary
+
+
+def test_in_an_ab_run_the_requests_of_a_lost_worker_count_against_their_own_server(killed):
+    run_dir, proc, _pid, _killed_at, _out, err, _took = killed["ab"]
+    assert proc.returncode == 1, err[-3000:]  # the lost requests failed
+    records = list(read_records(run_dir))
+    lost = [record for record in records if record["error"] == WORKER_LOST]
+    assert lost, "the killed worker held no request"
+    assert {record["target"] for record in lost} <= {"A", "B"}
+    for target in ("A", "B"):  # every assignment of each server has its record, the lost ones as failures
+        assert len([record for record in records if record["target"] == target]) == 3 * 2 * 2, target  # same, different
 
 
 def test_two_local_processes_runs_on_one_machine_each_keep_their_own_workers(tmp_path):

@@ -97,8 +97,7 @@ def test_the_threads_launch_line_runs_and_what_it_does_not_model_is_listed():
         assert (info["speculative_num_draft_tokens"], info["speculative_dflash_block_size"]) == (8, 8)
         assert (info["tp_size"], info["trust_remote_code"], info["max_mamba_cache_size"]) == (2, True, 10)
         assert (info["enable_hierarchical_cache"], info["hicache_ratio"]) == (True, 2.0)
-        assert info["simulator"]["not_modelled"] == [*NOT_MODELLED[:5], "--enable-hierarchical-cache", "--hicache-ratio",
-                                                     *NOT_MODELLED[5:]]
+        assert info["simulator"]["not_modelled"] == NOT_MODELLED  # the host tier is modelled
         assert info["simulator"]["draft_cuda_graph"] is True
         assert chat(sim.url, max_tokens=8).usage["completion_tokens"] == 8
         sim._stderr.seek(0)
@@ -114,8 +113,10 @@ def test_the_threads_launch_line_runs_and_what_it_does_not_model_is_listed():
      "For DFLASH they must match. speculative_num_draft_tokens=4, speculative_dflash_block_size=8."),
     (["--speculative-dflash-block-size", "0"],
      "ValueError: DFLASH requires --speculative-dflash-block-size to be positive, got 0."),
+    (["--enable-hierarchical-cache", "--hicache-ratio", "1"],
+     "AssertionError: The host memory should be larger than the device memory with the current protocol"),
 ])
-def test_dflash_widths_sglang_refuses_exit_1_with_its_message(flags, message):
+def test_what_sglang_refuses_exits_1_with_its_message(flags, message):
     proc = subprocess.run([sys.executable, "-m", "loadlib.sim", "--port", "0", *flags], capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 1 and proc.stderr == message + "\n" and proc.stdout == ""
