@@ -9,6 +9,9 @@ failed, or not made (and then why not).
 - `requests`: the requests the client sent against the change of the server's request counter.
 - `in_flight`: at each scrape taken during the cell, the requests the client had in flight against
   those the server held (running + queued); their means within `IN_FLIGHT_LIMIT`.
+- `ttft`: the client's mean TTFT against the server's own TTFT histogram over the cell (a server
+  counts from when it received the request): a client that waited longer had its requests queued
+  before the server, which the server's gauges cannot show.
 - `littles_law` (free-running cells): over the steady window, the mean requests in flight against
   arrival rate x mean latency of the window's requests (Little's law, L = λW), within
   `LITTLE_TOLERANCE` (the capacity search's): a cell whose queue grew or drained was not steady.
@@ -39,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.capacity import LITTLE_TOLERANCE, flow
+from loadlib.figures.capacity import LITTLE_TOLERANCE, delivery, flow
 from loadlib.figures.client_limits import LAG_LIMIT_S, client_limited
 from loadlib.figures.free_running import SteadyCell, steady_requests
 from loadlib.figures.protocol_tables import MISLEAD_LIMIT, concurrency_table
@@ -56,6 +59,13 @@ LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh
 # by IN_FLIGHT_SLACK requests whatever the load (a scrape in six off by one request).
 IN_FLIGHT_LIMIT = 0.2
 IN_FLIGHT_SLACK = 0.25
+# A pass must mean something: where the client surely had fewer than this share of what it may have
+# had in flight at the moments the gauges describe, a queue elsewhere would read as agreement too.
+IN_FLIGHT_RESOLUTION = 0.5
+# TTFT: the client's mean may exceed the server's own (it counts from when it received the request)
+# by the way there and back and the front end: this share of the server's mean, and this much.
+TTFT_LIMIT = 0.1
+TTFT_SLACK_S = 0.05
 # What the client's side of the counts needs of every request sent (`tokens_agree`, ...)
 SENT_COLUMNS = ["cell", "sent_at", "first_token_at", "last_token_at", "end_at", "ok", "completion_tokens",
                 "max_tokens"]
@@ -66,6 +76,7 @@ CHECKS = {  # name (the JSON's) -> what it compares, in words
     "tokens": "completion tokens (client against server)",
     "requests": "requests (client against server)",
     "in_flight": "requests in flight (client against server)",
+    "ttft": "TTFT (client against the server's own)",
     "littles_law": "Little's law",
     "cache_state": "cache state (intended against met)",
     "accept_length": "accept length (against tok/chunk)",
@@ -119,6 +130,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
             found += [Check(cell, "tokens", *tokens_agree(sent, sources)),
                       Check(cell, "requests", *requests_agree(sent, sources)),
                       Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight, refresh, launch)),
+                      Check(cell, "ttft", *ttft_agrees(sent, sources)),
                       Check(cell, "accept_length", *accept_length_agrees(df, sources))]
         return found
 
@@ -131,7 +143,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
         if not spans and not whole_run:
             why = server_absent or ("no scrape of the server at both the cell's start and its end (the cell is "
                                     "still running, or a scrape failed)")
-            checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "accept_length")]
+            checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "ttft", "accept_length")]
         checks += server_checks(cell, spans)
         if cell in rounds.index:
             checks.append(Check(cell, "overlap", *overlap(rounds.loc[cell])))
@@ -270,7 +282,42 @@ def in_flight_agrees(df: pd.DataFrame, sources: Sequence[ServerCell], interval_s
     if floor <= 0:
         return None, (f"cannot judge whether requests wait elsewhere: {shown}; at the moments the server's "
                       f"gauges may describe, it surely held none of the client's requests ({_gauge_reading(names.held_refresh, refresh)})")
+    if low < IN_FLIGHT_RESOLUTION * high:
+        return None, (f"cannot judge whether requests wait elsewhere: {shown}; the client's range is too wide for "
+                      f"the server's figure to tell a queue elsewhere from its own reading "
+                      f"({_gauge_reading(names.held_refresh, refresh)}; requests longer than that narrow it)")
     return True, f"requests in flight: {shown}"
+
+
+def ttft_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
+    """The client's mean TTFT over the requests whose first token came within the cell's span (any
+    cell's: the server counted them all) against the server's own TTFT histogram over the span
+    (the change of its _sum over the change of its _count). A server measures TTFT from when it
+    received the request, so a client that waited longer, beyond `TTFT_LIMIT` of the server's mean
+    and `TTFT_SLACK_S`, had its requests wait before the server: a router, a proxy, the client's
+    connections. Judged only where both sides counted about the same first tokens."""
+    first = sources[0]
+    names = FLAVOURS[first.flavour].metrics
+    if names.ttft is None:
+        return None, f"{first.server} exposes no TTFT histogram"
+    counts = [c.ttft_count for c in sources]
+    if any(c.ttft_mean_s is None or not count for c, count in zip(sources, counts)):
+        return None, "the server's TTFT histogram counted no first token during the cell"
+    server_count = float(sum(counts))
+    server = sum(c.ttft_mean_s * count for c, count in zip(sources, counts)) / server_count
+    first_at = df["first_token_at"].to_numpy(dtype=float)
+    within = (first_at >= first.span.started_at) & (first_at <= first.span.ended_at)
+    client_count = int(within.sum())
+    counted = f"{client_count} first tokens by the client, {server_count:,.0f} by the server"
+    if abs(client_count - server_count) > max(2.0, TOKEN_LIMIT * 10 * server_count):
+        return None, f"cannot judge: the two sides counted different first tokens during the cell ({counted})"
+    client = float(np.mean(first_at[within] - df["sent_at"].to_numpy(dtype=float)[within]))
+    shown = f"client TTFT mean {client:.3f} s, server {server:.3f} s ({counted})"
+    if client > server * (1 + TTFT_LIMIT) + TTFT_SLACK_S:
+        return False, (f"client and server disagree on TTFT: {shown}: the client waited "
+                       f"{client - server:.3f} s more a request before the server saw it: requests wait "
+                       "somewhere else (a proxy, a router, the client's connections)")
+    return True, f"TTFT: {shown}"
 
 
 def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
@@ -343,7 +390,11 @@ def failed_requests(cell: pd.DataFrame) -> Verdict:
 
 def littles_law(cell: SteadyCell) -> Verdict:
     """Over the steady window: mean in flight (L) against arrival rate x mean latency (λW) of the
-    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`."""
+    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`. A queue
+    that grows through a cell sent on a schedule keeps L = λW over a window of it (the rate its
+    requests end is the rate the server serves), so there the cell is also not steady when its last
+    third of requests waited longer from their intended send than its middle third, beyond both
+    medians' intervals (`capacity.delivery`, as the capacity search judges a level)."""
     _name, group, _origin, sent, end, start, stop = cell
     window = flow(sent, end, group["ok"].to_numpy(dtype=bool), start, stop)
     n = int(steady_requests(sent, start, stop).sum())
@@ -354,10 +405,15 @@ def littles_law(cell: SteadyCell) -> Verdict:
     relative = window.in_flight / expected - 1 if expected else math.inf
     shown = (f"{window.in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
              f"= {expected:.1f} ({relative * 100:+.1f}%)")
-    if abs(relative) <= LITTLE_TOLERANCE:
-        return True, shown
-    return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
-                   "(a queue grew or drained during it)")
+    if abs(relative) > LITTLE_TOLERANCE:
+        return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
+                       "(a queue grew or drained during it)")
+    growth = delivery(group, rate) if group["queue_s"].notna().any() else None
+    if growth is not None and growth.short:
+        return False, (f"the queue grew through the cell: its last third of requests waited {growth.last.value:.2f} s "
+                       f"from their intended send, its middle third {growth.middle.value:.2f} s (beyond both medians' "
+                       f"intervals); {shown}, as it does over a window of a growing queue: the cell was not steady")
+    return True, shown
 
 
 def cache_state(rows: pd.DataFrame) -> Verdict:

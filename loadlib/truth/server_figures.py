@@ -122,6 +122,7 @@ class ServerCell:
     # (asked at, came at, running + queued requests) of each of those scrapes: what the server's
     # gauges said then (of a moment before, for a server that sets them at batch logs)
     held: tuple[tuple[float, float, float], ...] = ()
+    ttft_count: float | None = None  # first tokens the TTFT histogram counted over the cell
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,8 @@ def cell_figures(source: str, flavour: Flavour, entries: list[dict[str, Any]],
         _per_draft(names, start, end), hit, hit_basis,
         _mean(running), max(running, default=None), _mean(queued), max(queued, default=None),
         _histogram_mean(names.ttft, start, end), _delta(start, end, names.requests),
-        _delta(start, end, names.generated), len(during), held)
+        _delta(start, end, names.generated), len(during), held,
+        _delta(start, end, f"{names.ttft}_count") if names.ttft else None)
 
 
 def step_s(records: pd.DataFrame) -> float | None:

@@ -47,13 +47,15 @@ def c2_same(comp: int = 512, chunks: int = 100) -> list[dict]:
 
 def server(flavour: str = "sglang", generated: float | None = 2048, requests: float | None = 4,
            held: tuple = ((T0 + 2.5, 2.0), (T0 + 6.5, 2.0)), accept: float | None = 5.0, span=None,
-           per_draft: float | None = None) -> ServerCell:
+           per_draft: float | None = None, ttft_s: float = 0.2, first_tokens: float | None = 4) -> ServerCell:
     """The server's figures over the cell, as `server_figures.server_cells` gives them; `held`:
-    (when the page came, running + queued) of each scrape during the cell, asked 10 ms before."""
+    (when the page came, running + queued) of each scrape during the cell, asked 10 ms before;
+    `ttft_s` and `first_tokens`: its TTFT histogram's mean and count over the cell."""
     return ServerCell("target", SERVER[flavour], flavour, span or CellSpan(0, "c2-same", "same", T0, T0 + 10),
                       accept, ("gauge" if flavour == "sglang" else "counter") if accept else None,
-                      0.5 if flavour == "sglang" else 0.1, per_draft, 0.9, "counter", 2.0, 2, 0.0, 0, 0.2,
-                      requests, generated, len(held), tuple((t - 0.01, t, n) for t, n in held))
+                      0.5 if flavour == "sglang" else 0.1, per_draft, 0.9, "counter", 2.0, 2, 0.0, 0, ttft_s,
+                      requests, generated, len(held), tuple((t - 0.01, t, n) for t, n in held),
+                      first_tokens if flavour != "llamacpp" else None)
 
 
 def judged(records: list[dict], *servers: ServerCell, manifest=WATCHED, absent=None) -> dict[str, Check]:
@@ -67,7 +69,7 @@ def test_a_rounds_cell_whose_counts_agree_passes_every_check():
     checks = judged(c2_same(), server())
     assert {name: c.ok for name, c in checks.items()} == {
         "client_headroom": True, "failed_requests": True, "tokens": True, "requests": True, "in_flight": True,
-        "accept_length": True, "overlap": True}
+        "ttft": True, "accept_length": True, "overlap": True}
     assert checks["overlap"].detail == ("all 2 streams decoded at once in every round; the protocol's aggregate "
                                         "365.0 t/s is within 10% of the wall-clock 365.0 t/s")
     assert checks["tokens"].detail == "client counted 2,048 completion tokens, server 2,048"
@@ -183,6 +185,39 @@ def test_a_gauge_held_over_an_idle_gap_is_not_another_client():
     assert judged(records, server("llamacpp", held=stale))["in_flight"].ok is False
 
 
+def test_a_wide_client_range_cannot_judge_a_queue_elsewhere():
+    """At the scrape the client had 4 in flight, 3 of them sent 20 ms before (within their edge: the
+    server may not hold them yet): it surely had 1 and may have had 4. A server counting 1 at the
+    scrape agrees with a healthy server and with a queue in front of it alike: cannot judge."""
+    records = [build_record("c4-same", slot=0, sent_at=T0 + 1, ttft_s=0.05, total_s=3.0, comp=512, chunks=100)] + [
+        build_record("c4-same", slot=s, sent_at=T0 + 2.48, ttft_s=0.05, total_s=1.0, comp=512, chunks=100)
+        for s in range(1, 4)]
+    span = CellSpan(0, "c4-same", "same", T0, T0 + 10)
+    check = judged(records, server("llamacpp", span=span, held=((T0 + 2.5, 1.0),)))["in_flight"]
+    assert check.ok is None and "the client's range is too wide" in check.detail, check.detail
+
+
+# --- TTFT: the client's against the server's own -------------------------------------------------------
+
+def test_a_queue_in_front_shows_as_a_client_ttft_beyond_the_servers():
+    """The server counts TTFT from when it received a request: 0.2 s. The client waited 1.2 s for
+    the same first tokens: a second each before the server saw them."""
+    queued = [build_record("c2-same", round=r, slot=s, sent_at=T0 + 1 + 4 * r, ttft_s=1.2, total_s=3.0, comp=512,
+                           chunks=100) for r in range(2) for s in range(2)]
+    check = judged(queued, server())["ttft"]
+    assert check.ok is False and check.detail == (
+        "client and server disagree on TTFT: client TTFT mean 1.200 s, server 0.200 s (4 first tokens by the "
+        "client, 4 by the server): the client waited 1.000 s more a request before the server saw it: requests "
+        "wait somewhere else (a proxy, a router, the client's connections)")
+    assert judged(c2_same(), server())["ttft"].ok is True
+
+
+def test_ttft_is_not_judged_without_the_servers_histogram_or_on_other_first_tokens():
+    assert judged(c2_same(), server("llamacpp"))["ttft"].detail == "llama.cpp exposes no TTFT histogram"
+    other = judged(c2_same(), server(first_tokens=9))["ttft"]
+    assert other.ok is None and other.detail.startswith("cannot judge: the two sides counted different first tokens")
+
+
 def four_streams_two_at_a_time() -> list[dict]:
     """One round of four streams sent at 1 s, of which the server runs two at once: two stream
     from 1.2 s to 4 s, the other two wait and stream from 4.2 s to 7 s."""
@@ -217,7 +252,7 @@ def test_streams_the_server_did_not_run_together_fail_overlap_as_a_caveat_not_a_
     730 t/s, leaves out the 3 s the other two waited; the wall-clock aggregate is 2,044 / 5.8 s."""
     span = CellSpan(0, "c4-same", "same", T0, T0 + 10)
     checks = validity_checks(records_frame(four_streams_two_at_a_time()), WATCHED,
-                             [server(span=span, held=((T0 + 2.5, 4.0), (T0 + 5.5, 2.0)))], None)
+                             [server(span=span, held=((T0 + 2.5, 4.0), (T0 + 5.5, 2.0)), ttft_s=1.7)], None)
     overlap = next(c for c in checks if c.name == "overlap")
     assert overlap.ok is False and overlap.detail == (
         "the protocol's aggregate misleads: at most 2 of its 4 streams decoded at once (the server ran fewer at a "
@@ -225,7 +260,7 @@ def test_streams_the_server_did_not_run_together_fail_overlap_as_a_caveat_not_a_
         "wall-clock: read the wall-clock aggregate (a caveat of the figure, not a fault of the server or the client)")
     assert [c.name for c in checks if c.ok is False] == ["overlap"]
     section = checks_section(checks)
-    assert section.title.startswith("VALIDITY: 1 of 7 checks failed, all of them the protocol's aggregate misleading: "
+    assert section.title.startswith("VALIDITY: 1 of 8 checks failed, all of them the protocol's aggregate misleading: "
                                     "a caveat of the figure, not a fault of the server or the client (per cell: ")
     assert validity_summary(checks)["faults"] == 0 and validity_summary(checks)["caveats"] == 1
 
@@ -245,7 +280,7 @@ def test_failed_requests_are_a_failed_check():
     check = judged(records, server(generated=1536, requests=3))["failed_requests"]
     assert check.ok is False and check.detail == "1 of its 4 requests failed (http_500 1); the figures leave them out"
     assert checks_section(validity_checks(records_frame(records), WATCHED, [server(generated=1536, requests=3)],
-                                          None)).title.startswith("VALIDITY: 1 of 7 checks failed")
+                                          None)).title.startswith("VALIDITY: 1 of 8 checks failed")
 
 
 # --- accept length against tok/chunk ------------------------------------------------------------------
@@ -288,11 +323,12 @@ def test_without_a_metrics_page_no_server_check_is_made_and_the_block_says_why()
     checks = validity_checks(records_frame(records), manifest, [], absent)
     assert {c.name: c.ok for c in checks if c.cell == "single"} == {
         "client_headroom": True, "failed_requests": True, "tokens": None, "requests": None, "in_flight": None,
-        "accept_length": None}
+        "ttft": None, "accept_length": None}
     assert findings(checks) == [
         f"every cell: {what} not checked: no /metrics (target: HTTP 404)"
         for what in ("completion tokens (client against server)", "requests (client against server)",
-                     "requests in flight (client against server)", "accept length (against tok/chunk)")]
+                     "requests in flight (client against server)", "TTFT (client against the server's own)",
+                     "accept length (against tok/chunk)")]
     assert server_absence({}, []) == "no /metrics: the server was not watched (no `server` in the manifest)"
 
 
@@ -333,6 +369,31 @@ def test_littles_law_fails_in_a_cell_shorter_than_its_requests():
     assert detail.endswith("the cell was not steady (a queue grew or drained during it)")
 
 
+def open_loop(rate: float, served: float, seconds: float = 60.0) -> list[dict]:
+    """Requests due every 1/rate s at a server that serves one at a time, each in 1/served s: each
+    is sent when due (queue_s 0) and waits for those before it on the server."""
+    records, free_at = [], T0
+    for i in range(int(seconds * rate)):
+        due = T0 + i / rate
+        start = max(due, free_at)
+        free_at = start + 1 / served
+        records.append(build_record("open", slot=i, sent_at=due, ttft_s=start - due + 0.2 / served,
+                                    total_s=free_at - due, concurrency=64, case="open", queue_s=0.0))
+    return records
+
+
+def test_littles_law_fails_where_a_scheduled_cells_queue_grew():
+    """Due at 10/s, served at 8/s: the queue grows by 2 a second. Over a window of it the requests
+    still end at the rate the server serves (L = λW holds), but the last third waited longer than
+    the middle third: not steady. At 6/s the same server keeps up: steady."""
+    [growing] = free_running.steady_cells(records_frame(open_loop(10, 8)))
+    ok, detail = littles_law(growing)
+    assert ok is False and detail.startswith("the queue grew through the cell: its last third of requests waited")
+    assert detail.endswith("as it does over a window of a growing queue: the cell was not steady")
+    [kept] = free_running.steady_cells(records_frame(open_loop(6, 8)))
+    assert littles_law(kept)[0] is True
+
+
 def test_littles_law_needs_enough_requests():
     [cell] = free_running.steady_cells(records_frame(closed_loop(streams=2, seconds=5)))
     assert littles_law(cell) == (None, "too few requests in the steady window (10; 20 at least)")
@@ -354,17 +415,17 @@ def test_the_block_lists_what_failed_and_keeps_every_check_for_json():
     checks = validity_checks(records_frame(c2_same() + [build_record("single")]),
                              {**WATCHED, "client_watch": [BUSY]}, [server(generated=1843)], None)
     section = checks_section(checks)
-    assert section.title.startswith("VALIDITY: 3 of 13 checks failed, 4 could not be made (per cell: ")
+    assert section.title.startswith("VALIDITY: 3 of 15 checks failed, 5 could not be made (per cell: ")
     assert section.view["failed or not made"].tolist()[:2] == [
         f"every cell: {checks[0].detail}",
         "c2-same: client and server disagree: client counted 2,048 completion tokens, server 1,843 (-10.0%)"]
     assert rows(section.data)[2] == {"cell": "c2-same", "name": "tokens", "ok": False, "detail": checks[2].detail}
     summary = validity_summary(checks)
-    assert summary["ok"] is False and len(summary["checks"]) == 13
+    assert summary["ok"] is False and len(summary["checks"]) == 15
     assert (summary["faults"], summary["caveats"]) == (3, 0)
     assert set(summary["checks"][0]) == {"cell", "name", "ok", "detail"}
     passing = checks_section(judged(c2_same(), server()).values())
-    assert passing.title.startswith("Validity: all 7 checks passed in every cell") and passing.view.empty
+    assert passing.title.startswith("Validity: all 8 checks passed in every cell") and passing.view.empty
 
 
 def test_the_summary_has_the_block_when_the_run_was_watched(tmp_path):
@@ -418,6 +479,8 @@ def test_a_normal_run_passes_every_check(runs, flavour):
             assert check["ok"] is (not client_limited(watch)), check
         elif flavour == "llamacpp" and check["name"] == "requests":
             assert check["ok"] is None and check["detail"] == "llama.cpp exposes no request counter"
+        elif flavour == "llamacpp" and check["name"] == "ttft":
+            assert check["ok"] is None and check["detail"] == "llama.cpp exposes no TTFT histogram"
         elif check["name"] == "in_flight":  # a few scrapes of a gauge may leave nothing to judge; never a failure
             assert check["ok"] is True or check["detail"].startswith("cannot judge whether requests wait"), check
         else:
@@ -519,7 +582,7 @@ def test_a_locustfiles_own_users_are_checked_over_the_whole_run():
                              None)
     whole = {c.name: c for c in checks if c.cell == server_figures.WHOLE_RUN}
     assert {name: c.ok for name, c in whole.items()} == {"tokens": True, "requests": True, "in_flight": True,
-                                                         "accept_length": None}
+                                                         "ttft": None, "accept_length": None}
     assert whole["requests"].detail == "client counted 2 requests, server 2"
     assert not [c for c in checks if c.cell != server_figures.WHOLE_RUN and c.name == "tokens"]
     short = [e for e in entries if e["phase"] in ("run-start", "run-end")]  # no scrape while the users ran
