@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from loadlib.figures import energy, free_running, protocol_tables, scenario_tables
+from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.columns import distinct
 from loadlib.figures.sweep import compared
@@ -69,6 +69,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.scrapes, run.records, run.manifest),
           when=lambda run: run.path is not None),
+    Entry(lambda run: sections.acceptance_section(acceptance.acceptance_table(run.records))),
     Entry(lambda run: sections.energy_section(energy.energy_table(run.scrapes, run.records)),
           when=lambda run: run.path is not None),
     Entry(lambda run: checks_section(run.checks), when=lambda run: run.judged),
