@@ -380,7 +380,7 @@ def _steady_samples(df: pd.DataFrame, slo: GoodputSlo) -> list[FigureSample]:
         per_bin = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps, cells=[
             (cell, group, origin, sent, end, low, high) for low, high in zip(edges[:-1], highs)])
         decode, goodput = (per_bin[name].to_numpy(dtype="float64") for name in ("decode_tps", "goodput_rps"))
-        found += [FigureSample(f"{cell} steady decode t/s", cell, Sample.of(decode, block=block_length(decode))),
+        found += [FigureSample(f"{cell} steady all-streams t/s", cell, Sample.of(decode, block=block_length(decode))),
                   FigureSample(f"{cell} goodput req/s", cell, Sample.of(goodput, block=block_length(goodput)))]
     return found
 

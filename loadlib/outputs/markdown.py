@@ -1,4 +1,5 @@
-"""GitHub-flavoured Markdown tables, for posting (no tabulate: pipes joined by pandas)."""
+"""GitHub-flavoured Markdown tables, for posting (no tabulate: pipes joined by pandas): the heading and
+the tables first, the manifest after them."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ def render(reading: Reading) -> str:
 
 def render_document(document: Document) -> str:
     parts = [f"## {document.heading}"]
-    if document.manifest:
-        manifest = pd.DataFrame(list(flatten(document.manifest).items()), columns=["manifest", "value"])
-        parts.append(_table(manifest.astype(str), left=("manifest", "value")))
     for section in document.shown():
         parts += [f"**{section.title}**", _table(section.view, left=section.left)]
+    if document.manifest:  # after the tables: a post leads with its answer
+        manifest = pd.DataFrame(list(flatten(document.manifest).items()), columns=["manifest", "value"])
+        parts += ["**Manifest** (what was run, as the run recorded it)", _table(manifest.astype(str), left=("manifest", "value"))]
     return "\n\n".join(parts)
 
 

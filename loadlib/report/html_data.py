@@ -82,5 +82,6 @@ def comparison(shown: list[RunView], runs: Sequence[RunView]) -> dict[str, Any]:
     labels = [view.label for view in shown]
     figures, judged = runs[0].verdicts(labels) if len(runs) == 1 else judge(shown)
     differences = across_runs.differences(figures, labels[0])
-    return {"figures": rows(differences[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]]),
+    return {"figures": rows(differences[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise",
+                                         "better"]]),
             "verdicts": rows(judged.data), "equivalence_pct": verdicts.EQUIVALENCE_PCT}

@@ -15,6 +15,7 @@ from loadlib.figures import sweep
 from loadlib.figures.goodput import GoodputSlo
 from loadlib.report import text
 from loadlib.report.document import Section
+from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
         "capacity": [_capacity(value, variable, rps) for value, variable, rps
                      in zip(table["capacity"], table["capacity_variable"], table["capacity_rps"])],
         "decode p50 t/s": _with_ci(table, "decode_p50_tps", "decode_p50", 1),
-        "all streams t/s": text.column(table["steady_decode_tps"], 1),
+        ALL_STREAMS: text.column(table["steady_decode_tps"], 1),
         "TTFT p50 s": _with_ci(table, "ttft_p50_s", "ttft_p50", 3),
         "TTFT p90 s": text.column(table["ttft_p90_s"], 3),
         "SLO met": [text.percent(v) for v in table["slo_met"]],
@@ -52,8 +53,8 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
     left = tuple(name for name in ("configuration", "status", "warnings") if name in view)
     return Section(
         "sweep", "Server sweep (one row per configuration, in the order run; capacity = the search's best level "
-        "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all streams = "
-        "steady-state decode t/s of the busiest free-running cell; SLO met = steady-window requests meeting "
+        "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all-streams t/s = "
+        "decode tokens of every stream per second, steady state of the busiest free-running cell; SLO met = steady-window requests meeting "
         f"TTFT <= {slo.ttft_s:g} s and decode >= {slo.decode_tps:g} t/s; tok/chunk = client, Σcomp/Σchunks; "
         "accept len = the server's tokens per target forward; warnings = known performance warnings in its "
         "server's log)",
@@ -84,7 +85,7 @@ def sweep_plot(table: pd.DataFrame) -> "Figure | None":
     capacity = table["capacity"].notna().any()
     accept = "accept_length" if table["accept_length"].notna().any() else "tok_per_chunk"
     panels = [("capacity" if capacity else "steady_decode_tps", None,
-               "capacity within SLO" if capacity else "decode t/s, all streams"),
+               "capacity within SLO" if capacity else f"{ALL_STREAMS} (steady)"),
               ("decode_p50_tps", "decode_p50", "decode t/s per request (p50)"),
               ("ttft_p50_s", "ttft_p50", "TTFT p50 (s)"),
               (accept, None, "accept length" if accept == "accept_length" else "tok/chunk (client)")]

@@ -24,8 +24,8 @@ LINE_CHARS = 160  # a sentence wider than this leaves out its "than A" (the titl
 def judge(runs: Sequence[RunView]) -> tuple[pd.DataFrame, Section]:
     """The runs' headline figures (`headline_figures` against each one's goodput targets, `run` =
     each one's label) and the verdicts of each against the first (`verdicts_section`)."""
-    figures = leading_honest_figures(pd.concat(
-        [headline_figures(run.records, run.slo).assign(run=run.label) for run in runs], ignore_index=True))
+    figures = leading_honest_figures(pd.concat([headline_figures(run.records, run.slo, run.tables, run.steady)
+                                                .assign(run=run.label) for run in runs], ignore_index=True))
     return figures, verdicts_section(runs, figures)
 
 

@@ -19,14 +19,18 @@ class StreamsWanted:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.edited: int | None = None
-        self.rate_given = session.opts.spawn_rate is not None  # -r given (else: all at once)
+
+    @property
+    def rate(self) -> float | None:
+        """Users started per second as the options stand: `-r`, the web UI start form's Ramp up or
+        its Edit (Locust and `edit` keep each in the options); None: all at once."""
+        return self.session.opts.spawn_rate
 
     def edit(self, users: int, spawn_rate: float | None) -> None:
         """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
         self.edited = users
         if spawn_rate is not None:
             self.session.opts.spawn_rate = spawn_rate
-            self.rate_given = True
         self.session.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
         log.info("Edit: the closed loop now runs %d streams", users)
 
@@ -47,7 +51,8 @@ class StreamsWanted:
 
 class ProtocolShape(LoadTestShape):
     """Spawns the users the load mode wants (all `-u`; the ladder's current level) at `-r` users
-    per second (all at once without `-r`), ends the test at `-t`, and when the mode is done."""
+    per second, or the web UI form's Ramp up (all at once without either), ends the test at `-t`,
+    and when the mode is done."""
 
     use_common_options = True
 
@@ -70,5 +75,4 @@ class ProtocolShape(LoadTestShape):
             session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
             return None
         users = session.streams.now()
-        rate = opts.spawn_rate if session.streams.rate_given else float(max(users, 1))  # Locust wants a rate > 0
-        return users, rate
+        return users, session.streams.rate or float(max(users, 1))  # all at once: Locust wants a rate > 0

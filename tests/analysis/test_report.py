@@ -90,8 +90,8 @@ def test_report_takes_goodput_targets_from_the_runs_profile_and_flags_override_t
 def test_report_shows_steady_state_of_free_running_cells():
     document = run_report([build_run(free_running_records(), slo_ttft_s=1.0, slo_decode_tps=20.0)])
     text = render_document(document)
-    assert ("  cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed\n"
-            "  steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1") in text
+    assert ("  cell     window s   in flight   all-streams t/s   req/s   goodput req/s   SLO met   n   failed\n"
+            "  steady    1.0+5.2         2.0             123.1    0.96            0.77       67%   6        1") in text
     assert "goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s" in text
     steady = sections(document)["steady_percentiles"].data.set_index("figure")
     assert steady.loc["e2e_tps", "p50"] == pytest.approx(75.5)
@@ -133,3 +133,12 @@ def test_markdown_report_is_pipe_tables_with_numbers_right_aligned():
     assert ("| scenario | decode t/s | range | TTFT s | tok/chunk | n |\n"
             "|:---|---:|---:|---:|---:|---:|\n"
             "| code (code generation) | 203.3 | 160.0–250.0 | 0.200 | 4.01 | 3 |") in text
+
+
+def test_markdown_report_leads_with_the_tables_and_ends_with_the_manifest():
+    """Issue 35 item 7: a post starts with the answer, the ~50 manifest rows after it."""
+    text = markdown.render_document(run_report([build_run(protocol_run(), manifest={"model": "qwen"})]))
+    parts = text.split("\n\n")
+    assert parts[0].startswith("## uni-bench summary") and parts[1].startswith("**Single stream")
+    assert parts[-2] == "**Manifest** (what was run, as the run recorded it)"
+    assert parts[-1].startswith("| manifest | value |")

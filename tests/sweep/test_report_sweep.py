@@ -24,7 +24,7 @@ def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve()
     sections, _json = sweep_of(RunView(records(), MANIFEST))
     out = render_document(Document("uni-bench summary", sections))
     table = out.split("Server sweep")[1].split("\n\n")[0].splitlines()
-    assert table[1].split() == ["configuration", "status", "n", "failed", "decode", "p50", "t/s", "all", "streams",
+    assert table[1].split() == ["configuration", "status", "n", "failed", "decode", "p50", "t/s", "all-streams",
                                 "t/s", "TTFT", "p50", "s", "TTFT", "p90", "s", "SLO", "met", "tok/chunk"]
     assert table[2].split()[:5] == ["draft=4,mrr=2", "ok", "20", "0", "100.0"]
     assert table[4].split()[:4] == ["draft=16,mrr=2", "exited", "0", "0"]
@@ -35,7 +35,7 @@ def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve()
 def test_the_chart_has_a_panel_per_figure_and_draws_to_a_file(tmp_path):
     table = sweep_table(configs(records(), MANIFEST["sweep"]))
     figure = sweep_plot(table)
-    assert [ax.get_title() for ax in figure.axes] == ["decode t/s, all streams", "decode t/s per request (p50)",
+    assert [ax.get_title() for ax in figure.axes] == ["all-streams t/s (steady)", "decode t/s per request (p50)",
                                                       "TTFT p50 (s)", "tok/chunk (client)"]
     figure.savefig(tmp_path / "sweep.png", dpi=60)
     assert (tmp_path / "sweep.png").stat().st_size > 1000
