@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, T
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
-from loadlib.figures.goodput import GoodputSlo, goodput_slo
+from loadlib.figures.goodput import Slo, goodput_slo
 from loadlib.figures.sweep import ConfigRun, config_runs, sweep_table
 from loadlib.record_table import JournalError, read_journal, split_records
 from loadlib.records import MANIFEST_FILE, read_records, target_dir
@@ -68,7 +68,7 @@ class RunView:
     path: Path | None = None  # where its files are (a server of several: its `targets/<label>/`); None: records alone
     label: str = ""  # its name in every output; default: its directory's
     unmeasured: pd.DataFrame | None = None  # warm-up, priming, calibration: the server counted them too
-    goodput: GoodputSlo | None = None  # goodput targets asked for; None: the profile's, else the defaults
+    goodput: Slo | None = None  # goodput targets asked for; None: the profile's, else the defaults
     _memo: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +102,7 @@ class RunView:
         return list(read_scrapes(self.path, SCRAPE_NAMES)) if self.path is not None else []
 
     @cached_property
-    def slo(self) -> GoodputSlo:
+    def slo(self) -> Slo:
         """The goodput targets it is judged against (`goodput_slo`)."""
         return self.goodput or goodput_slo(self.manifest)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import free_running
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables, concurrency_table, single_stream_table
 from loadlib.scenarios.base import SINGLE
 
@@ -22,7 +22,7 @@ HIGHER, LOWER = "higher", "lower"  # which way a figure is better
 PROTOCOL_AGGREGATE, WINDOW_AGGREGATE = "{} aggregate t/s (protocol)", "{} aggregate t/s (window)"
 
 
-def headline_figures(df: pd.DataFrame, slo: GoodputSlo, tables: ProtocolTables | None = None,
+def headline_figures(df: pd.DataFrame, slo: Slo, tables: ProtocolTables | None = None,
                      steady: pd.DataFrame | None = None) -> pd.DataFrame:
     """Figures in reading order: single stream, concurrency, steady state (goodput against `slo`),
     TTFT percentiles. `tables` and `steady` (the records' `ProtocolTables` and steady-state table

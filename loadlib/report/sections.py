@@ -18,7 +18,7 @@ import pandas as pd
 
 from loadlib.figures import free_running, uncertainty
 from loadlib.figures.client_limits import client_limited
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.report import text
 from loadlib.report.document import Section
 
@@ -27,7 +27,7 @@ WATCH_COLUMNS = ["process", "cpu_share_mean", "cpu_share_max", "loop_lag_p50_s",
                  "loop_lag_max_s", "samples", "reasons"]
 
 
-def steady_state(table: pd.DataFrame, slo: GoodputSlo) -> Section:
+def steady_state(table: pd.DataFrame, slo: Slo) -> Section:
     """Steady state of each free-running cell; where a cell was sent on a schedule (open, trace), its
     SLO judges TTFT from the intended send time, and 'SLO met from send' shows the share judged from
     the send beside it."""

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import sweep
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.report import text
 from loadlib.report.document import Section
 from loadlib.report.sections import ALL_STREAMS
@@ -24,14 +24,14 @@ if TYPE_CHECKING:
 LOG_LINES = 3  # of a configuration that did not serve, its log's last lines in the summary
 
 
-def sweep_sections(table: pd.DataFrame, slo: GoodputSlo) -> tuple[list[Section], dict[str, Any]]:
+def sweep_sections(table: pd.DataFrame, slo: Slo) -> tuple[list[Section], dict[str, Any]]:
     """The sweep's table and the logs of the configurations that did not serve, and `report
     --json`'s `"sweep"`. `table` is `sweep.sweep_table` of the configurations in the order run,
     their figures measured against `slo`."""
     return [sweep_section(table, slo), logs_section(table)], {"sweep": sweep.sweep_rows(table)}
 
 
-def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
+def sweep_section(table: pd.DataFrame, slo: Slo) -> Section:
     """One row per configuration in the order run; columns no configuration has a figure in are left out."""
     view = pd.DataFrame({
         "configuration": table["label"].astype(str),
