@@ -45,8 +45,9 @@ jitter_s = 1.0
 
 def absorb_rate(batches: int = 200) -> tuple[float, float]:
     """(master CPU µs per record, records/s per core) for batches of `FLUSH_RECORDS` records."""
-    record = RequestRecord(request_id="0" * 32, scenario="distinct-issues", cell="closed", concurrency=64,
-                           case="closed", round=0, slot=17, worker=1, user=8, sent_at=time.time(), ttft_s=0.0123,
+    record = RequestRecord(request_id="0" * 32, scenario="distinct-issues", kind="distinct-issues", cell="closed",
+                           concurrency=64, case="closed", round=0, slot=17, closed_loop=True, worker=1, user=8,
+                           sent_at=time.time(), ttft_s=0.0123,
                            total_s=0.0456, last_chunk_s=0.0450, completion_tokens=32, prompt_tokens=812,
                            cached_tokens=32, chunks=9, finish_reason="length", http_status=200,
                            output_sha="0123456789abcdef", max_tokens=32, cache_observed="cold")

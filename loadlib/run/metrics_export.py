@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from loadlib.figures import formulas
 from loadlib.hooks import events
 from loadlib.run.inputs import usage_error
-from loadlib.run.users import stats_name
+from loadlib.scenarios.base import stats_name
 
 # Buckets fit for LLM serving: a cached TTFT takes milliseconds, a long answer minutes.
 SECONDS_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,

@@ -20,7 +20,7 @@ from locust.env import Environment
 from loadlib.hooks import events
 from loadlib.run.inputs import usage_error
 from loadlib.run.metrics_export import GAP_BUCKETS, SECONDS_BUCKETS, TPS_BUCKETS, figures_of, live_state
-from loadlib.run.users import stats_name
+from loadlib.scenarios.base import stats_name
 
 METER = "uni-locust"
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # the conventions' advice

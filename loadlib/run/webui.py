@@ -14,7 +14,6 @@ report is the end-of-run summary's own `loadlib.report.summary.render_summary`.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import logging
 import time
@@ -29,9 +28,8 @@ from locust.env import Environment
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.modes import Phase
-from loadlib.modes.own_users import OWN_CASE  # the phase and case of a locustfile's own users
 from loadlib.record_table import records_frame
-from loadlib.records import RECORDS_FILE, RequestRecord, read_records
+from loadlib.records import JOURNAL_FIELDS, RECORDS_FILE, read_records
 from loadlib.report import text
 from loadlib.report.html_page import REPORT_FILE
 from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase
@@ -349,7 +347,7 @@ def _status(index: int, current: int | None, phase: Phase, runner_state: str) ->
     running = runner_state in ("spawning", "running")
     if phase.state == "finished" or (current is not None and index < current):
         return "done"
-    if phase.cell == OWN_CASE:  # a locustfile's own users: every row runs at once
+    if phase.unplanned:  # a locustfile's own users: every row runs at once
         return "▶ running" if running else "stopped"
     if current is None or index > current:
         return "waiting" if running else ("not run" if current is not None else "")
@@ -375,7 +373,7 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: Phase, c
             return f"CUT SHORT ({cut}): {session.record_count} requests"
     if phase.state == "finished":
         return f"Finished: all {plan_size} cells done, {session.record_count} requests"
-    if phase.cell == OWN_CASE:
+    if phase.unplanned:
         return (f"Now: the locustfile's own users, {session.record_count} requests so far" if runner_state in
                 ("spawning", "running") else f"Stopped: {session.record_count} requests")
     if current is None:
@@ -424,8 +422,7 @@ def _page() -> Response:
 
 def _csv_response(records: Iterable[dict[str, Any]]) -> Response:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[field.name for field in dataclasses.fields(RequestRecord)],
-                            extrasaction="ignore")
+    writer = csv.DictWriter(out, fieldnames=JOURNAL_FIELDS, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(records)
     return Response(out.getvalue(), mimetype="text/csv",

@@ -17,7 +17,7 @@ from loadlib.scenarios.issues import ItemCycle, item_prompt
 from loadlib.scenarios.png import bar_chart_png
 from loadlib.scenarios.vision import Vision
 from loadlib.sim.tokenizer import encode
-from loadlib.truth.cache import FRAMING_TOKENS
+from loadlib.records import FRAMING_TOKENS
 from tests.conftest import served
 from tests.profile_runs import run_profile
 
@@ -135,6 +135,26 @@ sizes = [2000, 8000, 30000]
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["cache_flushes"] == {"flushed": 6}
     assert "Prefill (prefill = prompt/TTFT" in result.stdout and "prefill-30k" in result.stdout
+
+
+@pytest.mark.processes
+def test_a_long_context_scenario_named_otherwise_keeps_its_prefill_table(tmp_path):
+    """The summary tells a long-context run by its records' kind, not by the scenario's name."""
+    profile = """
+[request]
+max_tokens = 16
+[load]
+mode = "rounds"
+rounds = 1
+[scenarios.prefill]
+kind = "long-context"
+sizes = [2000]
+"""
+    result, df = run_profile(tmp_path, profile, 1, sim="--time-scale 0.01")
+    sized = df[df["measured"]]
+    assert list(sized["scenario"]) == ["prefill-2k"] and list(sized["kind"]) == ["long-context"]
+    summary = result.stdout.split("uni-bench summary")[1]
+    assert "Prefill (prefill = prompt/TTFT" in summary and "prefill-2k" in summary
 
 
 @pytest.mark.processes
