@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, get_args
 
 import gevent
@@ -89,7 +90,8 @@ class Coordination:
     `dispatch` hands assignments to the users that run them; `announce` sends a message to the
     mode's state on every process that runs users; `capacity` is the users spawned now;
     `streams_in_flight` the requests being sent now, over every process; `flush` empties a
-    server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest.
+    server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest;
+    `run_dir` is where the run keeps its files.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
@@ -110,6 +112,7 @@ class Coordination:
     request_timeout_s: float = 900.0
     serve: Callable[["Profile"], float] | None = None
     retire: Callable[[str], None] | None = None
+    run_dir: Path | None = None
 
 
 class Driver:
@@ -340,11 +343,14 @@ class LoadMode:
     `schema` is its `[load]` table (whose `mode` literal names it); `user_kind` says which Locust
     user classes it runs: the locustfile's own (`locustfile`), one per scenario of the profile with
     its weight (`per_scenario`), or free slots that send arrivals (`free_slots`); `fixed_streams`
-    says why the web UI's Edit cannot change its streams (empty: Edit changes them).
+    says why the web UI's Edit cannot change its streams (empty: Edit changes them);
+    `starts_servers` that its driver starts the servers it measures and hands each to the run
+    (`Coordination.serve`), so that the run has none to ask, configure or watch before.
     """
 
     schema: ClassVar[type]
     fixed_streams: ClassVar[str] = ""
+    starts_servers: ClassVar[bool] = False
 
     @property
     def name(self) -> str:

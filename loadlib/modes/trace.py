@@ -199,7 +199,8 @@ class TracePrompts(Scenario):
         contents = ["", _prompt("", "", nonce), *(_prompt("", text[:chars], nonce) for chars in stretches),
                     _prompt(blocks, text[TAG_PROBE_BLOCKS * quarter:tagged], nonce)]
         params = {**self.params, "max_tokens": PROBE_ANSWER_TOKENS}
-        jobs = [Job("calibrate", [{"role": "user", "content": content}], params, kind=self.kind) for content in contents]
+        jobs = [Job("calibrate", [{"role": "user", "content": content}], params, kind=self.kind)
+                for content in contents]
         template, frame, *measured, tagged_tokens = [record.get("prompt_tokens") for record in send(jobs, "calibrate")]
         calibration = self.calibration
         self._template_tokens = template or 0
