@@ -1,7 +1,10 @@
 """One typed record per request, and the JSON-lines journal that keeps them.
 
 Every request the tool sends ends as exactly one `RequestRecord`, successful or not: failures
-are records with an `error` reason, never exceptions that escape the run. The journal appends
+are records with an `error` reason, never exceptions that escape the run. A record is made in one
+place, `RequestRecord.of`, from the request's `RequestLabel` (where it belongs in the run, made by
+its cell) and its `Exchange` (what the wire asked and measured); a request whose worker was lost
+gets its failed record from its label alike (`RequestRecord.lost`). The journal appends
 each record as one JSON line and flushes it when the request ends, so a killed run keeps every
 request that had finished; `read_records` yields its records back as dicts.
 
@@ -41,7 +44,8 @@ class RequestLabel:
     (`loadlib.scenarios.Cell.label`) from the job it sends, it travels with the request to the
     process that sends it, and `RequestRecord.of` copies each field into the record's field of
     the same name. A load mode that labels its requests with more (a conversation, an agent) adds
-    the field here and in `RequestRecord`; nothing between the cell and the record changes."""
+    the field here and in `RequestRecord`, and gives it to `Cell.label`; nothing between the cell
+    and the record changes (an assignment carries every field, the builder copies every field)."""
 
     scenario: str  # what was sent, by name: a prompt ("code") or a profile's scenario ("chat", "long-context-14k")
     cell: str

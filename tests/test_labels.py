@@ -45,6 +45,7 @@ def test_a_cell_labels_its_job_and_the_record_carries_the_label_and_the_exchange
     label = cell.label(cell.scenario.next(3), 3, scheduled_at=T0 - 0.25)
     assert (label.scenario, label.kind, label.cell, label.case, label.concurrency, label.slot, label.target,
             label.turn) == ("mine", "radix-hit", "open-2rps", "open", 4, 3, "B", 2)
+    assert cell.label(cell.scenario.next(3), 3, turn=5).turn == 5  # a mode's own count of turns
     record = RequestRecord.of(label, exchange(), "r1", worker=1, user=7)
     assert all(getattr(record, name) == getattr(label, name) for name in LABEL_FIELDS)
     assert all(getattr(record, name) == getattr(exchange(), name) for name in EXCHANGE_FIELDS)

@@ -90,8 +90,8 @@ class Coordination:
     `dispatch` hands assignments to the users that run them; `announce` sends a message to the
     mode's state on every process that runs users; `capacity` is the users spawned now;
     `streams_in_flight` the requests being sent now, over every process; `flush` empties a
-    server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest;
-    `run_dir` is where the run keeps its files.
+    server's prefix cache (by target label, "" for the run's one server); `records` reads the
+    run's journal; `note` writes a key of the manifest; `run_dir` is where the run keeps its files.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its

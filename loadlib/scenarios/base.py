@@ -116,12 +116,13 @@ class Cell:
         return tuple(self.scenario.label(stream) for stream in range(self.concurrency))
 
     def label(self, job: Job, slot: int, round: int = 0, scheduled_at: float | None = None,
-              closed_loop: bool = False) -> RequestLabel:
+              closed_loop: bool = False, **more: Any) -> RequestLabel:
         """The label of `job` sent in this cell by stream `slot` (in round `round`), at the time
-        `scheduled_at` if it was meant to go at one, by a closed-loop stream if `closed_loop`."""
+        `scheduled_at` if it was meant to go at one, by a closed-loop stream if `closed_loop`;
+        `more` are the sending mode's own fields (`RequestLabel`'s, such as a turn it counts)."""
         return job.label(cell=self.name, case=self.case, concurrency=self.concurrency, round=round, slot=slot,
                          target=self.target, closed_loop=closed_loop, scheduled_at=scheduled_at,
-                         measured=self.measured)
+                         measured=self.measured, **more)
 
 
 SINGLE = "single"  # the protocol's single-stream cell (and its case)
