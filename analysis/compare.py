@@ -30,6 +30,7 @@ from loadlib.report.verdicts import judge
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
 BEYOND_NOISE = "*"
+MISLEADS = "!"
 LINE_CHARS = 160  # the settings table is cut to fit: a long value is shortened in the middle
 NARROWEST_CELL = 24  # ... but never below this many characters (many runs make a wider table)
 CONDITIONS = (("client host", ("client.host", "client.cpu_model", "client.cores")),
@@ -100,8 +101,8 @@ def comparison(figures: pd.DataFrame, labels: list[str]) -> Section:
     view = text.grid(figures.assign(cell=cells), "figure", "run", order, labels)
     return Section(
         "comparison", f"Figures per run (value, range over rounds, difference to {labels[0]}; "
-        f"{BEYOND_NOISE} = ranges do not overlap, beyond the noise)",
-        figures[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise"]], view,
+        f"{BEYOND_NOISE} = beyond the noise, ranges apart; {MISLEADS} = misleads, read the window aggregate)",
+        figures[["figure", "run", "value", "low", "high", "n", "diff_pct", "beyond_noise", "misleads"]], view,
         keys=("figure", "run"), left=("figure",))
 
 
@@ -112,7 +113,7 @@ def _cell(row: Any) -> str:
         cell += f" ({text.num(row.low, digits)}–{text.num(row.high, digits)})"
     if not np.isnan(row.diff_pct):
         cell += f" {text.signed_percent(row.diff_pct)}"
-    return cell + (BEYOND_NOISE if row.beyond_noise else "")
+    return cell + (BEYOND_NOISE if row.beyond_noise else "") + (f" {MISLEADS}" if row.misleads else "")
 
 
 def conditions(runs: list[Run]) -> Section:

@@ -49,7 +49,7 @@ DFLASH = REPO / "locustfiles" / "dflash.py"
 STARVED = REPO / "benchmarks" / "starved_client.py"
 RUN = "(run)"  # the pseudo-cell of the run-level judgements
 
-CHECKS = ("client_headroom", "tokens", "requests", "in_flight", "littles_law", "cache_state", "accept_length",
+CHECKS = ("client_headroom", "tokens", "requests", "in_flight", "ttft", "littles_law", "cache_state", "accept_length",
           "overlap", "cut_short", "capacity")  # the matrix's rows, in this order (any other check follows)
 
 # --- the cases' loads ----------------------------------------------------------------------------
@@ -235,22 +235,28 @@ CASES = {case.name: case for case in (
          sim=("--stream-interval", "4"), fire=frozenset({"accept_length"}), quick=True),
     Case("front-queue", "4 streams through a queue in front that lets 1 request through at a time",
          ("--rounds", "3", "--scenarios", "code", "--concurrency", "4", "-u", "4"),
-         sim=("--fault", "front_queue=1"), fire=frozenset({"in_flight", "overlap"}), where=_streams_above(1),
+         sim=("--fault", "front_queue=1"), fire=frozenset({"ttft", "overlap"}), may=frozenset({"in_flight"}),
+         where=_streams_above(1),
          quick=True),
+    Case("front-queue-llamacpp", "4 streams through a queue in front that lets 1 request through at a time, to a "
+         "server that counts what it holds at the scrape and has no TTFT histogram (llama.cpp)",
+         ("--rounds", "3", "--scenarios", "code", "--concurrency", "4", "-u", "4"),
+         sim=("--flavor", "llamacpp", "--fault", "front_queue=1"), fire=frozenset({"in_flight", "overlap"}),
+         where=_streams_above(1), quick=True),
     Case("front-queue-closed", "4 closed-loop users through a queue in front that lets 2 through at a time "
          "(a steady loop: Little's law holds)", ("-u", "4"),
          sim=("--max-running-requests", "4", "--fault", "front_queue=2"), profile=CLOSED,
-         fire=frozenset({"in_flight"}), may=frozenset({"overlap"})),
+         fire=frozenset({"ttft"}), may=frozenset({"in_flight", "overlap"})),
     Case("streams-above-mrr", "4 streams on the preset, which runs 2 at once: the 4 do not run together",
          ("--rounds", "2", "--scenarios", "code", "--concurrency", "4", "-u", "4"),
          fire=frozenset({"overlap"}), where=_streams_above(2), quick=True),
     Case("cache-drop", "the prefix cache is emptied as each request arrives: primed prompts meet it cold",
          ("-u", "2"), sim=("--fault", "cache_drop"), profile=RADIX, fire=frozenset({"cache_state"}), quick=True),
     Case("starved-client", "a thread spinning in the client's process takes a core",
-         locustfile=STARVED, fire=frozenset({"client_headroom"}), may=frozenset({"in_flight"}), quick=True),
+         locustfile=STARVED, fire=frozenset({"client_headroom"}), may=frozenset({"in_flight", "ttft"}), quick=True),
     Case("other-client", "another client keeps 2 requests in flight at the same server",
          sim=("--max-running-requests", "8"), meddle=another_client,
-         fire=frozenset({"requests", "tokens", "in_flight"}), may=frozenset({"accept_length"}), quick=True),
+         fire=frozenset({"requests", "tokens"}), may=frozenset({"accept_length", "in_flight"}), quick=True),
     Case("server-killed", "the server is killed (SIGKILL) after the run's 6th record",
          ("--rounds", "2", "--scenarios", "code,en_tech,cn_chat,cn_essay", "--concurrency", "2,4", "-u", "4"),
          meddle=kill_midway, fire=frozenset({"cut_short"}), where=lambda cell, load: True if cell == RUN else None),

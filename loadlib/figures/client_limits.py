@@ -12,6 +12,9 @@ from typing import Any
 
 CPU_LIMIT_SHARE = 0.9  # above this, the client may have been the bottleneck
 LAG_LIMIT_S = 0.005  # a p99 loop lag above this may have delayed timestamps
+# A p99 of fewer than 100 samples is their maximum: one stall (a collection, a cell's end) is an
+# event, not a tail. The lag counts only when at least this many samples lagged beyond the limit.
+LAG_SPIKES = 2
 STEAL_LIMIT_SHARE = 0.05  # more of the CPU stolen than this: a busy host
 SWITCHES_LIMIT_PER_S = 100.0  # more involuntary context switches a second: the process lost its turn
 
@@ -27,7 +30,7 @@ def client_limited(snapshots: list[dict[str, Any]]) -> list[str]:
         if snap.get("cpu_share_max", 0.0) > CPU_LIMIT_SHARE:
             reasons.append(f"client short of CPU: {who} used {snap['cpu_share_max']:.0%} of a core, so it may "
                            f"have capped the load and read streams late (event-loop lag p99 {lag_ms:.1f} ms)")
-        elif lag_ms > LAG_LIMIT_S * 1000:
+        elif lagged(snap):
             if machine_busy(snap):
                 reasons.append(f"machine busy, not the client: {who} used only {snap.get('cpu_share_max', 0.0):.0%} "
                                f"of a core while {snap.get('run_queue_max', 0):.0f} processes wanted "
@@ -38,6 +41,15 @@ def client_limited(snapshots: list[dict[str, Any]]) -> list[str]:
             else:
                 reasons.append(f"client event-loop lag p99 was {lag_ms:.1f} ms: timestamps may be late by up to that")
     return reasons
+
+
+def lagged(snap: dict[str, Any]) -> bool:
+    """Whether the event loop lagged beyond `LAG_LIMIT_S` in more than 1 % of the samples, and in
+    at least `LAG_SPIKES` of them (snapshots from before the count was kept: by their p99 alone)."""
+    if snap.get("loop_lag_p99_s", 0.0) <= LAG_LIMIT_S:
+        return False
+    over = snap.get("loop_lag_over_limit")
+    return over is None or (over >= LAG_SPIKES and over > 0.01 * snap.get("samples", 0))
 
 
 def machine_busy(snap: dict[str, Any]) -> bool:

@@ -1,6 +1,9 @@
 """The headline figures of one run as one long table, the common ground of compare and panorama.
 
-One row per figure: its name, value, and the min-max range over rounds where the figure has one.
+One row per figure: its name, value, the min-max range over rounds where the figure has one, and
+whether it misleads: the protocol's aggregate and the overlaps made from it, in a cell whose
+streams did not run together (`protocol_tables.concurrency_table`'s `misleads`), where the
+wall-clock ("window") aggregate is the figure to read.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from loadlib.figures.goodput import GoodputSlo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables, concurrency_table, single_stream_table
 from loadlib.scenarios.base import SINGLE
 
-FIGURE_COLUMNS = ["figure", "value", "low", "high", "n"]
+FIGURE_COLUMNS = ["figure", "value", "low", "high", "n", "misleads"]
+PROTOCOL_AGGREGATE, WINDOW_AGGREGATE = "{} aggregate t/s (protocol)", "{} aggregate t/s (window)"
 
 
 def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
@@ -29,12 +33,13 @@ def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
         _rows(single, "{} forward rate /s", "forward_rate"),
     ]
     conc = conc.set_index("cell")
+    misleads = conc["misleads"]
     parts += [
-        _rows(conc, "{} aggregate t/s (protocol)", "aggregate_tps", "min", "max"),
-        _rows(conc, "{} aggregate t/s (window)", "window_tps", "window_min", "window_max"),
+        _rows(conc, PROTOCOL_AGGREGATE, "aggregate_tps", "min", "max", misleads=misleads),
+        _rows(conc, WINDOW_AGGREGATE, "window_tps", "window_min", "window_max"),
         _rows(conc, "{} per-stream decode t/s", "stream_decode_tps"),
-        _rows(conc, "{} overlap vs per-stream decode x", "overlap_vs_stream_decode"),
-        _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode"),
+        _rows(conc, "{} overlap vs per-stream decode x", "overlap_vs_stream_decode", misleads=misleads),
+        _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode", misleads=misleads),
     ]
     steady = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps).set_index("cell")
     parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
@@ -45,7 +50,7 @@ def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
 
 
 def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
-          high: str | None = None) -> pd.DataFrame:
+          high: str | None = None, misleads: pd.Series | None = None) -> pd.DataFrame:
     n = table["n"] if "n" in table.columns else pd.Series(np.nan, index=table.index)
     return pd.DataFrame({
         "figure": [name.format(label) for label in table.index],
@@ -53,6 +58,7 @@ def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
         "low": table[low].to_numpy(dtype="float64") if low else np.nan,
         "high": table[high].to_numpy(dtype="float64") if high else np.nan,
         "n": n.to_numpy(dtype="float64"),
+        "misleads": misleads.to_numpy(dtype=bool) if misleads is not None else np.zeros(len(table), dtype=bool),
     }, columns=FIGURE_COLUMNS)
 
 
@@ -74,3 +80,22 @@ def cell_headline(df: pd.DataFrame) -> list[tuple[str, float]]:
     steady = free_running.steady_state_table(df, cells=cells)
     ttft = free_running.steady_percentiles(df, cells).query("figure == 'ttft_s'")
     return [("req/s", steady["requests_per_s"].iloc[0])] + [("TTFT p50 s", p50) for p50 in ttft["p50"]]
+
+
+def leading_honest_figures(figures: pd.DataFrame) -> pd.DataFrame:
+    """Several runs' `headline_figures` (a `run` column) reordered so that in every cell where the
+    protocol's aggregate misleads on some run, the wall-clock aggregate comes first: the figure to
+    read leads, the misleading one follows."""
+    misled = figures.loc[figures["misleads"], "figure"]
+    cells = {name[:-len(PROTOCOL_AGGREGATE.format(""))] for name in misled
+             if name.endswith(PROTOCOL_AGGREGATE.format(""))}
+    if not cells:
+        return figures
+    order = list(dict.fromkeys(figures["figure"]))
+    for cell in cells:
+        protocol, window = PROTOCOL_AGGREGATE.format(cell), WINDOW_AGGREGATE.format(cell)
+        if protocol in order and window in order:
+            order.remove(window)
+            order.insert(order.index(protocol), window)
+    rank = {figure: i for i, figure in enumerate(order)}
+    return figures.iloc[sorted(range(len(figures)), key=lambda i: rank[figures["figure"].iat[i]])].reset_index(drop=True)

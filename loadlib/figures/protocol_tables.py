@@ -38,6 +38,11 @@ ONE_READ = "whole answer in one read (total = TTFT): no decode rate"
 ROUND_RULE = "a round counts only when all N streams succeeded"  # see `round_aggregates`
 
 
+# The protocol's aggregate misleads (`concurrency_table`'s `misleads`) where a round's streams did
+# not all decode at once, or where it and the wall-clock aggregate differ by more than this share
+MISLEAD_LIMIT = 0.10
+
+
 COLD, HIT, UNKNOWN = 0, 1, 2  # prefix-cache states (`cache_states`)
 
 
@@ -60,9 +65,11 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     the denominator is the longest single stream's decode time and ignores that streams started
     their decode at different moments. `window_tps = sum(comp - 1) / (last token - first token
     across the round's streams)` measures the wall-clock window instead; the two agree when all
-    streams get their first token at the same moment. `stream_decode_tps` is the mean
-    per-stream decode. A round whose streams all answered in one read has no aggregate (NaN),
-    like such a stream.
+    streams get their first token at the same moment. `together` is the most streams that decoded
+    at once (between their first and last token): N when the server ran them together, fewer
+    when it queued some (then the protocol's aggregate leaves the queue out). `stream_decode_tps`
+    is the mean per-stream decode. A round whose streams all answered in one read has no
+    aggregate (NaN), like such a stream.
 
     Rounds with failures (`ROUND_RULE`): a round counts (`complete`) only when all N of its
     streams succeeded. The thread's script skips a round with fewer than 2 successful streams
@@ -94,6 +101,7 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
         cache_known=("cached_tokens", "count"),
         prompt_tokens=("prompt_tokens", "sum"),
     ).reset_index()
+    rounds["together"] = _most_at_once(work)
     complete = rounds["complete"] = (rounds["ok_streams"] == rounds["concurrency"]).astype(bool)
     decode_time = rounds["decode_time"]
     rounds["aggregate_tps"] = (rounds["decode_tokens"] / decode_time).where(complete & (decode_time > 0))
@@ -102,6 +110,24 @@ def round_aggregates(df: pd.DataFrame) -> pd.DataFrame:
     rounds["cached_tokens"] = rounds["cached_tokens"].where(rounds["cache_known"] > 0)
     return rounds.drop(columns=["decode_tokens", "decode_time", "first_token_at", "last_token_at",
                                 "cache_known"])
+
+
+def _most_at_once(work: pd.DataFrame) -> np.ndarray:
+    """Per (cell, round) group of `work`, in groupby's order: the most of its successful streams
+    that decoded at once, each from its first token to its last (one that ends as another starts
+    does not overlap it). Each group's starts and ends sum to nothing, so one running sum over the
+    events sorted by group and time counts within each group."""
+    ok = work.dropna(subset=["first_token_at", "last_token_at"])
+    groups = work.groupby(["cell", "round"], sort=False, observed=True).ngroup()
+    key = groups.loc[ok.index].to_numpy()
+    times = np.concatenate([ok["first_token_at"].to_numpy(dtype=float), ok["last_token_at"].to_numpy(dtype=float)])
+    steps = np.concatenate([np.ones(len(ok)), -np.ones(len(ok))])
+    owner = np.concatenate([key, key])
+    order = np.lexsort((steps, times, owner))  # by group, then time, ends before starts
+    running = np.cumsum(steps[order])
+    most = np.zeros(int(groups.max()) + 1 if len(groups) else 0)
+    np.maximum.at(most, owner[order], running)
+    return most
 
 
 def single_stream_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -143,6 +169,11 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
     Beside them: the wall-clock window aggregate (`window_tps`, min, max), the mean per-stream
     decode and `cached_share` (cached / prompt tokens: the measured radix state). Rows run by
     N, same before different, then by cell name.
+
+    `together`: the fewest streams that decoded at once in any round that counts; `misleads`:
+    the protocol's aggregate misleads, where some round's streams did not all decode at once or
+    it is more than `MISLEAD_LIMIT` from the wall-clock aggregate (its denominator, the longest
+    stream's decode, leaves out the time the others waited).
     """
     rounds = round_aggregates(df)
     complete = rounds[rounds["complete"]]
@@ -155,6 +186,7 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
         window_min=("window_tps", "min"),
         window_max=("window_tps", "max"),
         stream_decode_tps=("stream_decode_tps", "mean"),
+        together=("together", "min"),
         cached_tokens=("cached_tokens", "sum"),
         cache_known=("cached_tokens", "count"),
         prompt_tokens=("prompt_tokens", "sum"),
@@ -171,11 +203,13 @@ def concurrency_table(df: pd.DataFrame, single: pd.DataFrame | None = None,
     base = single["decode_tps"].get(reference_scenario, np.nan) if not single.empty else np.nan
     table["overlap_vs_stream_decode"] = table["aggregate_tps"] / table["stream_decode_tps"]
     table["overlap_vs_single_decode"] = table["aggregate_tps"] / base
+    table["misleads"] = ((table["together"] < table["concurrency"])
+                         | ((table["aggregate_tps"] / table["window_tps"] - 1).abs() > MISLEAD_LIMIT)).astype(bool)
     table["_case"] = table["case"].map({case: i for i, case in enumerate(CONCURRENT_CASES)}).astype("int64")
     table = table.astype({"cell": str, "case": str}).sort_values(["concurrency", "_case", "cell"])
     return table[["cell", "concurrency", "case", "aggregate_tps", "min", "max", "n", "failed_rounds",
                   "overlap_vs_stream_decode", "overlap_vs_single_decode", "window_tps", "window_min", "window_max",
-                  "stream_decode_tps", "cached_share"]].reset_index(drop=True)
+                  "stream_decode_tps", "together", "misleads", "cached_share"]].reset_index(drop=True)
 
 
 def ttft_percentiles(df: pd.DataFrame, by: str = "cell") -> pd.DataFrame:

@@ -159,7 +159,7 @@ def server_accept_length(server_dir: Path, records: pd.DataFrame) -> float:
     """The server's accept length over the configuration's cells, from the scrapes in `server_dir`
     (`pooled_accept_length`); NaN without scrapes."""
     cells = set(records["cell"])
-    scraped = server_figures.server_cells(read_scrapes(server_dir, server_figures.NAMES_READ))
+    scraped = server_figures.server_cells(read_scrapes(server_dir, server_figures.NAMES_READ), records)
     return pooled_accept_length([cell for cell in scraped if cell.span.cell in cells])
 
 

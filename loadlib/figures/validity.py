@@ -9,6 +9,9 @@ failed, or not made (and then why not).
 - `requests`: the requests the client sent against the change of the server's request counter.
 - `in_flight`: at each scrape taken during the cell, the requests the client had in flight against
   those the server held (running + queued); their means within `IN_FLIGHT_LIMIT`.
+- `ttft`: the client's mean TTFT against the server's own TTFT histogram over the cell (a server
+  counts from when it received the request): a client that waited longer had its requests queued
+  before the server, which the server's gauges cannot show.
 - `littles_law` (free-running cells): over the steady window, the mean requests in flight against
   arrival rate x mean latency of the window's requests (Little's law, L = λW), within
   `LITTLE_TOLERANCE` (the capacity search's): a cell whose queue grew or drained was not steady.
@@ -39,24 +42,33 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.capacity import LITTLE_TOLERANCE, flow
+from loadlib.figures.capacity import LITTLE_TOLERANCE, delivery, flow
 from loadlib.figures.client_limits import LAG_LIMIT_S, client_limited
 from loadlib.figures.free_running import SteadyCell, steady_requests
+from loadlib.figures.protocol_tables import MISLEAD_LIMIT, concurrency_table
 from loadlib.figures.scenario_tables import cache_state_table
 from loadlib.truth import server_figures
 from loadlib.truth.server_figures import ServerCell
-from loadlib.wire.flavours import FLAVOURS
+from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS
 
 TOKEN_LIMIT = 0.02  # client and server counts of tokens and requests may differ by this share
 LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh too much to judge
-# Requests in flight: the server's running/queued are gauges read at a few instants (SGLang
-# updates them once per logging interval), and a request spends a moment in the client's socket
-# and the server's front end before the scheduler holds it; so the means may differ by this share,
-# and by IN_FLIGHT_SLACK requests whatever the load.
+# Requests in flight: each scrape of the server's running/queued is held against the range the
+# client's side may take over the moments it may describe (`in_flight_agrees`), edges and the
+# gauge's age included; the means over the scrapes may still leave that range by this share, and
+# by IN_FLIGHT_SLACK requests whatever the load (a scrape in six off by one request).
 IN_FLIGHT_LIMIT = 0.2
-IN_FLIGHT_SLACK = 0.5
+IN_FLIGHT_SLACK = 0.25
+# A pass must mean something: where the client surely had fewer than this share of what it may have
+# had in flight at the moments the gauges describe, a queue elsewhere would read as agreement too.
+IN_FLIGHT_RESOLUTION = 0.5
+# TTFT: the client's mean may exceed the server's own (it counts from when it received the request)
+# by the way there and back and the front end: this share of the server's mean, and this much.
+TTFT_LIMIT = 0.1
+TTFT_SLACK_S = 0.05
 # What the client's side of the counts needs of every request sent (`tokens_agree`, ...)
-SENT_COLUMNS = ["sent_at", "first_token_at", "end_at", "ok", "completion_tokens", "max_tokens"]
+SENT_COLUMNS = ["cell", "sent_at", "first_token_at", "last_token_at", "end_at", "ok", "completion_tokens",
+                "max_tokens"]
 EDGE_S = 0.25  # the most a request's end (as the client reads it) may trail its end on the server
 
 CHECKS = {  # name (the JSON's) -> what it compares, in words
@@ -64,10 +76,15 @@ CHECKS = {  # name (the JSON's) -> what it compares, in words
     "tokens": "completion tokens (client against server)",
     "requests": "requests (client against server)",
     "in_flight": "requests in flight (client against server)",
+    "ttft": "TTFT (client against the server's own)",
     "littles_law": "Little's law",
     "cache_state": "cache state (intended against met)",
     "accept_length": "accept length (against tok/chunk)",
+    "overlap": "the protocol's aggregate (streams decoding together)",
+    "failed_requests": "failed requests",
 }
+# Checks whose failure marks a figure that misleads, not a fault of the server or the client
+CAVEATS = frozenset({"overlap"})
 
 
 @dataclass(frozen=True)
@@ -83,47 +100,68 @@ class Check:
 
 def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequence[ServerCell],
                     server_absent: str | None, steady_cells: Iterable[SteadyCell] = (),
-                    unmeasured: pd.DataFrame | None = None) -> list[Check]:
+                    unmeasured: pd.DataFrame | None = None, concurrent: pd.DataFrame | None = None) -> list[Check]:
     """Every check of every measured cell (the records frame `df`), cells in the records' order.
 
     `servers` are the server's per-cell figures (`server_figures.server_cells`), `server_absent`
     why there are none at all (`server_absence`), `steady_cells` the free-running cells
     (`free_running.steady_cells`) for Little's law, `unmeasured` the run's unmeasured requests as
-    a records frame (`records_frame` of them, marked measured), which the server counted too.
+    a records frame (`records_frame` of them, marked measured), which the server counted too,
+    `concurrent` the run's `concurrency_table` (made from `df` when not given) for `overlap`.
     """
     sent = df if unmeasured is None or unmeasured.empty else pd.concat(
         [df[SENT_COLUMNS], unmeasured[SENT_COLUMNS]], ignore_index=True)
-    flight = _in_flight_counter(sent)
+    flight = Flight(sent)
     steady = {cell[0]: cell for cell in steady_cells}
     cache = cache_state_table(df)
     headroom = client_headroom(manifest)
-    interval_s = ((manifest.get("server") or {}).get("metrics") or {}).get("interval_s")
+    watched = manifest.get("server") or {}
+    interval_s = (watched.get("metrics") or {}).get("interval_s")
+    launch = watched.get("launch") or {}
+    rounds = (concurrency_table(df) if concurrent is None else concurrent).set_index("cell")
+    failed = _failed_by_cell(df)
+    whole_run = _spans(server_figures.WHOLE_RUN, servers)  # a run whose cells no scrape framed
+
+    def server_checks(cell: str, spans: list[list[ServerCell]]) -> list[Check]:
+        found = []
+        for sources in spans:
+            refresh = server_figures.refresh_s(FLAVOURS[sources[0].flavour],
+                                               server_figures.cell_records(df, sources[0].span), launch)
+            found += [Check(cell, "tokens", *tokens_agree(sent, sources)),
+                      Check(cell, "requests", *requests_agree(sent, sources)),
+                      Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight, refresh, launch)),
+                      Check(cell, "ttft", *ttft_agrees(sent, sources)),
+                      Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+        return found
+
     checks = []
     for cell in pd.unique(df["cell"]):
         cell = str(cell)
         checks.append(Check(cell, "client_headroom", *headroom))
+        checks.append(Check(cell, "failed_requests", *failed[cell]))
         spans = _spans(cell, servers)
-        if not spans:
+        if not spans and not whole_run:
             why = server_absent or ("no scrape of the server at both the cell's start and its end (the cell is "
                                     "still running, or a scrape failed)")
-            checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "accept_length")]
-        for sources in spans:
-            checks += [Check(cell, "tokens", *tokens_agree(sent, sources)),
-                       Check(cell, "requests", *requests_agree(sent, sources)),
-                       Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight)),
-                       Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+            checks += [Check(cell, name, None, why) for name in ("tokens", "requests", "in_flight", "ttft", "accept_length")]
+        checks += server_checks(cell, spans)
+        if cell in rounds.index:
+            checks.append(Check(cell, "overlap", *overlap(rounds.loc[cell])))
         if cell in steady:
             checks.append(Check(cell, "littles_law", *littles_law(steady[cell])))
         rows = cache[cache["cell"] == cell]
         if not rows.empty:
             checks.append(Check(cell, "cache_state", *cache_state(rows)))
-    return checks
+    return checks + server_checks(server_figures.WHOLE_RUN, whole_run)
 
 
 def validity_summary(checks: Sequence[Check]) -> dict[str, Any]:
-    """`{"ok": no check failed, "checks": [{"cell", "name", "ok", "detail"}, ...]}`; a check
-    that could not be made (`ok` None) does not fail the run."""
-    return {"ok": not any(c.ok is False for c in checks), "checks": [asdict(c) for c in checks]}
+    """`{"ok": no check failed, "faults": checks failed that are not `CAVEATS`, "caveats": those
+    that are (a figure that misleads), "checks": [{"cell", "name", "ok", "detail"}, ...]}`; a
+    check that could not be made (`ok` None) does not fail the run."""
+    failed = [c for c in checks if c.ok is False]
+    return {"ok": not failed, "faults": sum(c.name not in CAVEATS for c in failed),
+            "caveats": sum(c.name in CAVEATS for c in failed), "checks": [asdict(c) for c in checks]}
 
 
 def server_absence(manifest: Mapping[str, Any], scrapes: Sequence[Mapping[str, Any]]) -> str | None:
@@ -136,8 +174,11 @@ def server_absence(manifest: Mapping[str, Any], scrapes: Sequence[Mapping[str, A
     asked = (server.get("metrics") or {}).get("sources") or {}
     if asked and set(asked) <= set(missing) | {"router"}:
         return "no /metrics (" + "; ".join(f"{name}: {why}" for name, why in missing.items()) + ")"
-    if not any(entry.get("cell") for entry in scrapes):
-        return "no /metrics: no scrape was taken during the cells"
+    if not any(entry.get("cell") for entry in scrapes) and not any(
+            entry.get("phase") == "interval" and not entry.get("error") for entry in scrapes):
+        return ("no scrape of its /metrics during the cells, nor during the run (a locustfile's own users are "
+                "judged from the run's start to its last scrape before the stop: the run was shorter than "
+                "--metrics-interval)")
     if server_figures.flavour_of(scrapes) is None:
         return "its /metrics has no metric of a known server (" + ", ".join(
             f.metrics.prefix for f in FLAVOURS.values()) + ")"
@@ -191,10 +232,22 @@ def requests_agree(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
 
 
 def in_flight_agrees(df: pd.DataFrame, sources: Sequence[ServerCell], interval_s: float | None = None,
-                     in_flight: Callable[[np.ndarray], np.ndarray] | None = None) -> Verdict:
-    """Mean requests in flight at the scrapes taken during the cell: the client's (sent and
-    not yet ended, any cell's; `in_flight` counts them at given instants, made once for every
-    cell by `_in_flight_counter(df)`) against the server's running + queued."""
+                     flight: Flight | None = None, refresh: float | None = None,
+                     launch: Mapping[str, Any] | None = None) -> Verdict:
+    """The server's running + queued at the scrapes taken during the cell, against what the client
+    had in flight (any cell's requests, `flight`, made once for every cell by `Flight(df)`) at the
+    moments each value may describe: from `refresh` seconds before the scrape was asked for (how
+    long the server may hold its gauges, `server_figures.refresh_s`; None: since the cell began;
+    over an idle stretch, back to the last request before it) to when the page came.
+
+    Over those moments the client's side is a range: at most the requests it had in flight; at
+    least those the server surely held (sent an edge before, and not within an edge of their last
+    token: `Flight`), of which a server that sets its gauges at a prefill batch leaves out the ones the batch
+    admits (at most its free slots: `max_running_requests` less those decoding; all that wait for
+    a first token when the limit is unknown). The means over the scrapes are compared, each side
+    within `IN_FLIGHT_LIMIT` or `IN_FLIGHT_SLACK`. When the low end leaves nothing to compare (the
+    moments include a round's gap, a prefill batch of every request), whether requests wait
+    elsewhere cannot be judged."""
     first = sources[0]
     names = FLAVOURS[first.flavour].metrics
     if names.running is None:
@@ -204,21 +257,74 @@ def in_flight_agrees(df: pd.DataFrame, sources: Sequence[ServerCell], interval_s
             " (--metrics-interval 0 scrapes only at the cells' edges)" if not interval_s
             else f" (it was shorter than --metrics-interval {interval_s:g} s)")
         return None, "no scrape during the cell" + every
-    instants = np.array([t for c in sources for t, _ in c.held])
-    client = float((in_flight or _in_flight_counter(df))(instants).mean())
-    server = sum(float(np.mean([held for _, held in c.held])) for c in sources)
+    flight = flight or Flight(df)
+    admits = names.held_refresh == "decode_log"
+    cap = _running_limit(launch or {}) if admits else None
+    lows, highs = [], []
+    for source in sources:
+        for asked, came, _value in source.held:
+            low, high = flight.bounds(flight.described_from(asked, refresh, source.span.started_at), came, admits, cap)
+            lows.append(low)
+            highs.append(high)
+    low, high = float(np.mean(lows)), float(np.mean(highs))
+    server = sum(float(np.mean([held for _, _, held in c.held])) for c in sources)
     what = "running + queued" if names.queued else "running"
-    scrapes = len(instants) if len(sources) == 1 else f"{len(instants)} across {len(sources)} workers"
-    shown = f"client {client:.1f}, server {server:.1f} {what} (mean of {scrapes} scrapes during the cell)"
-    if abs(server - client) <= max(IN_FLIGHT_SLACK, IN_FLIGHT_LIMIT * client):
-        return True, f"requests in flight: {shown}"
-    cause = ("the server also serves other clients" if server > client
-             else "requests wait somewhere else (a proxy, a router, the client's connections)")
-    return False, f"client and server disagree on requests in flight: {shown}: {cause}"
+    scrapes = len(lows) if len(sources) == 1 else f"{len(lows)} across {len(sources)} workers"
+    client = f"client {high:.1f}" if high - low < 0.05 else f"client {low:.1f} to {high:.1f}"
+    shown = f"{client}, server {server:.1f} {what} (means over {scrapes} scrapes during the cell)"
+    if server > high + max(IN_FLIGHT_SLACK, IN_FLIGHT_LIMIT * high):
+        return False, (f"client and server disagree on requests in flight: {shown}: the server also serves "
+                       "other clients")
+    floor = low - max(IN_FLIGHT_SLACK, IN_FLIGHT_LIMIT * low)
+    if server < floor:
+        return False, (f"client and server disagree on requests in flight: {shown}: requests wait somewhere "
+                       "else (a proxy, a router, the client's connections)")
+    if floor <= 0:
+        return None, (f"cannot judge whether requests wait elsewhere: {shown}; at the moments the server's "
+                      f"gauges may describe, it surely held none of the client's requests ({_gauge_reading(names.held_refresh, refresh)})")
+    if low < IN_FLIGHT_RESOLUTION * high:
+        return None, (f"cannot judge whether requests wait elsewhere: {shown}; the client's range is too wide for "
+                      f"the server's figure to tell a queue elsewhere from its own reading "
+                      f"({_gauge_reading(names.held_refresh, refresh)}; requests longer than that narrow it)")
+    return True, f"requests in flight: {shown}"
+
+
+def ttft_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
+    """The client's mean TTFT over the requests whose first token came within the cell's span (any
+    cell's: the server counted them all) against the server's own TTFT histogram over the span
+    (the change of its _sum over the change of its _count). A server measures TTFT from when it
+    received the request, so a client that waited longer, beyond `TTFT_LIMIT` of the server's mean
+    and `TTFT_SLACK_S`, had its requests wait before the server: a router, a proxy, the client's
+    connections. Judged only where both sides counted about the same first tokens."""
+    first = sources[0]
+    names = FLAVOURS[first.flavour].metrics
+    if names.ttft is None:
+        return None, f"{first.server} exposes no TTFT histogram"
+    counts = [c.ttft_count for c in sources]
+    if any(c.ttft_mean_s is None or not count for c, count in zip(sources, counts)):
+        return None, "the server's TTFT histogram counted no first token during the cell"
+    server_count = float(sum(counts))
+    server = sum(c.ttft_mean_s * count for c, count in zip(sources, counts)) / server_count
+    first_at = df["first_token_at"].to_numpy(dtype=float)
+    within = (first_at >= first.span.started_at) & (first_at <= first.span.ended_at)
+    client_count = int(within.sum())
+    counted = f"{client_count} first tokens by the client, {server_count:,.0f} by the server"
+    if abs(client_count - server_count) > max(2.0, TOKEN_LIMIT * 10 * server_count):
+        return None, f"cannot judge: the two sides counted different first tokens during the cell ({counted})"
+    client = float(np.mean(first_at[within] - df["sent_at"].to_numpy(dtype=float)[within]))
+    shown = f"client TTFT mean {client:.3f} s, server {server:.3f} s ({counted})"
+    if client > server * (1 + TTFT_LIMIT) + TTFT_SLACK_S:
+        return False, (f"client and server disagree on TTFT: {shown}: the client waited "
+                       f"{client - server:.3f} s more a request before the server saw it: requests wait "
+                       "somewhere else (a proxy, a router, the client's connections)")
+    return True, f"TTFT: {shown}"
 
 
 def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:
-    """The client's tok/chunk against each source's accept length, as the server view does."""
+    """The client's tok/chunk against each source's accept length (tokens per target forward), as
+    the server view compares them: a tok/chunk above it beyond the tolerance fails (chunks merged
+    on the way); one well below it cannot be judged (the server streams fewer tokens a chunk than
+    it accepts a forward, so tok/chunk does not estimate the accept length)."""
     verdicts = []
     for source in sources:
         client = server_figures.client_tok_per_chunk(server_figures.cell_records(df, source.span))
@@ -229,12 +335,17 @@ def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Ver
             verdicts.append((None, who + "no successful stream with chunks in the cell"))
         else:
             relative = server_figures.divergence(source.accept_length, client)
-            shown = (f"client tok/chunk {client:.2f}, server accept length {source.accept_length:.2f} "
-                     f"by its {source.accept_basis} ({relative * 100:+.1f}%)")
-            if server_figures.diverges(relative, source.accept_tolerance):
-                verdicts.append((False, (f"{who}the client's tok/chunk is not the server's accept length: {shown}, "
-                                         f"beyond {source.accept_tolerance:.0%}: chunks are merged on the way "
-                                         "(a stream interval above 1, or a proxy)")))
+            per_draft = ("" if source.accept_per_draft is None else
+                         f"; {source.accept_per_draft:.2f} per drafting step, the server's own figure")
+            shown = (f"client tok/chunk {client:.2f}, server accept length {source.accept_length:.2f} tokens per "
+                     f"forward by its {source.accept_basis}{per_draft} ({relative * 100:+.1f}%)")
+            cause = server_figures.divergence_cause(relative, source.accept_tolerance)
+            if cause == server_figures.MERGED:
+                verdicts.append((False, f"{who}the client's tok/chunk is above the server's accept length: {shown}, "
+                                        f"beyond {source.accept_tolerance:.0%}: {cause}"))
+            elif cause is not None:  # the same words in every such cell: one line for them all (the server view has the figures)
+                verdicts.append((None, f"{who}client tok/chunk {client:.2f}, below the server's accept length beyond "
+                                       f"{source.accept_tolerance:.0%} (the server view has both): {cause}"))
             else:
                 verdicts.append((True, who + shown))
     failed = [v for v in verdicts if v[0] is False]
@@ -243,9 +354,47 @@ def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Ver
     return ok, "; ".join(detail for _, detail in failed or unmade or verdicts)
 
 
+def overlap(row: Any) -> Verdict:
+    """A concurrency cell (a row of `concurrency_table`): whether its protocol aggregate says what
+    the server delivered. It does not where the streams did not all decode at once in some round,
+    or where it is more than `MISLEAD_LIMIT` from the wall-clock aggregate: that is a caveat of the
+    figure (the thread's formula, kept as it is), not a fault of the server or the client."""
+    if not row["n"]:
+        return None, "no round in which all its streams succeeded"
+    if row["misleads"]:
+        return False, (f"the protocol's aggregate misleads: {aggregate_misleading(row)}: read the wall-clock "
+                       "aggregate (a caveat of the figure, not a fault of the server or the client)")
+    return True, (f"all {row['concurrency']:.0f} streams decoded at once in every round; the protocol's aggregate "
+                  f"{row['aggregate_tps']:,.1f} t/s is within {MISLEAD_LIMIT:.0%} of the wall-clock "
+                  f"{row['window_tps']:,.1f} t/s")
+
+
+def aggregate_misleading(row: Any) -> str:
+    """Why a cell's protocol aggregate misleads (`concurrency_table`'s `misleads`), in words: its
+    streams did not all decode at once (the server queued some), or began their decode apart."""
+    apart = f"{row['aggregate_tps']:,.1f} t/s against {row['window_tps']:,.1f} t/s wall-clock"
+    if row["together"] < row["concurrency"]:
+        return (f"at most {row['together']:.0f} of its {row['concurrency']:.0f} streams decoded at once (the server "
+                f"ran fewer at a time and queued the rest), and sum(comp-1)/max(total-ttft) leaves the wait out: {apart}")
+    return f"its streams began decoding at different moments, which max(total-ttft) ignores: {apart}"
+
+
+def failed_requests(cell: pd.DataFrame) -> Verdict:
+    """A cell's measured requests that failed (each is left out of every figure, and counted)."""
+    failed = cell.loc[~cell["ok"], "error"].astype(str)
+    if failed.empty:
+        return True, f"none of its {len(cell)} requests failed"
+    reasons = ", ".join(f"{reason} {count}" for reason, count in failed.value_counts().items())
+    return False, f"{len(failed)} of its {len(cell)} requests failed ({reasons}); the figures leave them out"
+
+
 def littles_law(cell: SteadyCell) -> Verdict:
     """Over the steady window: mean in flight (L) against arrival rate x mean latency (λW) of the
-    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`."""
+    requests sent within it (`steady_requests`, failed ones too), within `LITTLE_TOLERANCE`. A queue
+    that grows through a cell sent on a schedule keeps L = λW over a window of it (the rate its
+    requests end is the rate the server serves), so there the cell is also not steady when its last
+    third of requests waited longer from their intended send than its middle third, beyond both
+    medians' intervals (`capacity.delivery`, as the capacity search judges a level)."""
     _name, group, _origin, sent, end, start, stop = cell
     window = flow(sent, end, group["ok"].to_numpy(dtype=bool), start, stop)
     n = int(steady_requests(sent, start, stop).sum())
@@ -256,10 +405,15 @@ def littles_law(cell: SteadyCell) -> Verdict:
     relative = window.in_flight / expected - 1 if expected else math.inf
     shown = (f"{window.in_flight:.1f} requests in flight, throughput {rate:.2f} req/s x mean latency {latency:.2f} s "
              f"= {expected:.1f} ({relative * 100:+.1f}%)")
-    if abs(relative) <= LITTLE_TOLERANCE:
-        return True, shown
-    return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
-                   "(a queue grew or drained during it)")
+    if abs(relative) > LITTLE_TOLERANCE:
+        return False, (f"Little's law does not hold over the steady window: {shown}: the cell was not steady "
+                       "(a queue grew or drained during it)")
+    growth = delivery(group, rate) if group["queue_s"].notna().any() else None
+    if growth is not None and growth.short:
+        return False, (f"the queue grew through the cell: its last third of requests waited {growth.last.value:.2f} s "
+                       f"from their intended send, its middle third {growth.middle.value:.2f} s (beyond both medians' "
+                       f"intervals); {shown}, as it does over a window of a growing queue: the cell was not steady")
+    return True, shown
 
 
 def cache_state(rows: pd.DataFrame) -> Verdict:
@@ -297,16 +451,99 @@ def _spans(cell: str, servers: Sequence[ServerCell]) -> list[list[ServerCell]]:
     return chosen
 
 
+def _failed_by_cell(df: pd.DataFrame) -> dict[str, Verdict]:
+    return {str(cell): failed_requests(group) for cell, group in df[["cell", "ok", "error"]].groupby(
+        "cell", sort=False, observed=True)}
+
+
 def _total(values: Iterable[float | None]) -> float | None:
     values = list(values)
     return None if any(v is None for v in values) else float(sum(values))
 
 
-def _in_flight_counter(df: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
-    """A function of instants: how many requests were in flight at each (sent at or before it,
-    not yet ended), by binary search over the sorted send and end times."""
-    sent, end = (np.sort(times, kind="stable") for times in _times(df))  # timsort: a journal is nearly in order
-    return lambda at: np.searchsorted(sent, at, "right") - np.searchsorted(end, at, "right")
+class _Intervals:
+    """How many of some intervals [start, end) hold each instant, by binary search."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        kept = start < end
+        self.starts = np.sort(start[kept], kind="stable")  # timsort: a journal is nearly in order
+        self.ends = np.sort(end[kept], kind="stable")
+
+    def count(self, at: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, at, "right") - np.searchsorted(self.ends, at, "right")
+
+    def changes(self, a: float, b: float) -> np.ndarray:
+        """The instants in (a, b] at which the count changes."""
+        return np.concatenate([edges[np.searchsorted(edges, a, "right"):np.searchsorted(edges, b, "right")]
+                               for edges in (self.starts, self.ends)])
+
+
+class Flight:
+    """The client's requests in flight over time (every request sent, any cell's): all of them,
+    those a server surely holds, and of those the ones decoding (their first token came) and the
+    ones waiting for it.
+
+    A server holds a request from a moment after it was sent (its front end: HTTP, template,
+    tokenizer) until its last token, which reached the client a moment later. Neither moment is
+    longer than the fastest answer of the request's cell (its TTFT holds a front end and a first
+    chunk's way back), nor than `EDGE_S`: that is the request's edge, so that a server quicker
+    than the edge is still judged."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        sent, end = _times(df)
+        first = df["first_token_at"].to_numpy(dtype=float)
+        first = np.where(np.isnan(first), np.inf, first)  # no first token: it waited to the end
+        last = df["last_token_at"].to_numpy(dtype=float)
+        last = np.where(np.isnan(last), end, np.minimum(last, end))
+        fastest = (df["first_token_at"] - df["sent_at"]).where(df["ok"]).groupby(
+            df["cell"], observed=True).transform("min")
+        edge = np.fmin(fastest.to_numpy(dtype=float), EDGE_S)  # NaN (no answer in its cell): EDGE_S
+        arrived, done = sent + edge, last - edge
+        self.all = _Intervals(sent, end)
+        self.held = _Intervals(arrived, done)
+        self.decoding = _Intervals(first, done)
+        self.waiting = _Intervals(arrived, np.minimum(first, done))
+        self._ends = np.sort(end, kind="stable")
+
+    def described_from(self, asked: float, refresh: float | None, cell_start: float) -> float:
+        """The earliest moment a gauge scraped at `asked` may describe, for a server that holds it
+        up to `refresh` seconds while busy (None: unknown, since the cell began): a server that
+        went idle holds it from its last batch, up to `refresh` before its last request ended."""
+        if refresh == 0:
+            return asked
+        at = cell_start if refresh is None else asked - refresh
+        if self.all.count(np.array([at]))[0] == 0:
+            before = self._ends[:np.searchsorted(self._ends, at, "right")]
+            at = float(before[-1]) - (refresh or 0.0) if len(before) else at
+        return at
+
+    def bounds(self, a: float, b: float, admits: bool, cap: float | None) -> tuple[float, float]:
+        """(fewest the server surely held, most the client had) at any instant of [a, b]; with
+        `admits`, the server leaves out the requests its prefill batch admits (at most `cap` less
+        those decoding; without `cap`, any waiting)."""
+        at = np.concatenate([[a], *(i.changes(a, b) for i in (self.all, self.held, self.decoding, self.waiting))])
+        most = float(self.all.count(at).max())
+        if not admits:
+            return float(self.held.count(at).min()), most
+        decoding, waiting = self.decoding.count(at), self.waiting.count(at)
+        admitted = waiting if cap is None else np.clip(cap - decoding, 0, waiting)
+        return float((decoding + waiting - admitted).min()), most
+
+
+def _running_limit(launch: Mapping[str, Any]) -> float | None:
+    """The server's running-request limit from its launch flags (SGLang's own or derived one,
+    per data-parallel rank), None when it does not say."""
+    limit = launch.get("max_running_requests") or launch.get(EFFECTIVE_MAX_RUNNING)
+    return float(limit) * int(launch.get("dp_size") or 1) if limit else None
+
+
+def _gauge_reading(refresh: str, seconds: float | None) -> str:
+    """How the server keeps its running/queued gauges, in words, for a check that cannot judge."""
+    if refresh == "decode_log":
+        every = f", about {seconds:.2f} s here" if seconds else ""
+        return ("SGLang sets them at each prefill batch, leaving out the requests it admits, and once every "
+                f"decode-log interval{every}")
+    return "the scrapes fell between requests"
 
 
 def _times(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -381,7 +618,7 @@ def _agree(server: float, low: float, high: float, estimate: float, unsure: int,
         return True, f"{counted}, server {server:,.0f}"
     nearest = low if server < low else high
     off = f"{(server / nearest - 1) * 100:+.1f}%" if nearest else "none counted by the client"
-    more = "" if server < low else ": the server counted more (other clients, or this run's unmeasured requests)"
+    more = "" if server < low else ": the server counted more (other clients)"
     return False, f"client and server disagree: {counted}, server {server:,.0f} ({off}){more}"
 
 
@@ -394,7 +631,8 @@ def _no_accept_length(source: ServerCell) -> str:
     if not names.accept_counters and not names.accept_gauge:
         return f"{source.server} exposes no accept length"
     if names.accept_counters and not names.accept_gauge:
-        return "the server counted no speculative draft during the cell (no draft model?)"
+        return ("the server's generated-token or accepted-draft counter was missing, or went back during the cell "
+                "(a restart?)")
     return ("the server's accept-length gauge did not change during the cell (it is set once per logging "
             "interval of decode batches)")
 

@@ -155,7 +155,10 @@ class TracePrompts(Scenario):
         self._tag_tokens = len(self._tag(0)) / DEFAULT_CHARS_PER_TOKEN  # until `prepare` measures it
         # session -> its last prompt (the history its next request resends), and that text's tokens
         self._sessions: dict[str, tuple[str, int]] = {}
-        self._seen: set[int] = set()  # hash blocks sent already: a later request meets them warm
+        # hash blocks of requests answered already: in the server's prefix cache, so a later request
+        # meets them warm (a block only sent may still be in its first request's prefill, or queued)
+        self._served: set[int] = set()
+        self._blocks: dict[str, list[int]] = {}  # the prompt of each request in flight -> its blocks
 
     def job_for(self, request: TraceRequest) -> Job:
         history, history_tokens = self._sessions.get(request.session or "", ("", 0))
@@ -171,8 +174,8 @@ class TracePrompts(Scenario):
             blocks.append(self._tag(hash_id) + text[start:end])  # past the stretch: cut short
             start = end
         content = _prompt("".join(blocks) + history, text[start:], f"{uuid.uuid4().int % 10 ** 16:016d}")
-        cache = WARM if history or self._seen.intersection(hash_ids) else ANY
-        self._seen.update(hash_ids)
+        cache = WARM if history or self._served.intersection(hash_ids) else ANY
+        self._blocks[content] = hash_ids
         if request.session is not None:
             self._sessions[request.session] = (content, frame + history_tokens + tags + stretch
                                                - self._template_tokens)
@@ -181,6 +184,12 @@ class TracePrompts(Scenario):
 
     def next(self, stream: int) -> Job:
         raise TypeError("trace prompts come from the trace's requests (job_for)")
+
+    def observe(self, job: Job, record: dict[str, Any]) -> None:
+        """An answered request's blocks are in the server's prefix cache from now on."""
+        blocks = self._blocks.pop(job.messages[0]["content"], ())
+        if record.get("ttft_s") is not None:
+            self._served.update(blocks)
 
     def prepare(self, send: Send) -> None:
         """The probes, before any trace request: an empty message (the template's framing), the

@@ -16,11 +16,12 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from loadlib.figures import energy, free_running, protocol_tables, scenario_tables
+from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.columns import distinct, isin
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
 from loadlib.figures.validity import Check
+from loadlib.record_table import read_unmeasured_frame
 from loadlib.report import protocol as summary
 from loadlib.report import sections, server_view
 from loadlib.report.document import Section
@@ -42,6 +43,10 @@ class RunData:
     manifest: Mapping[str, Any]
     run_dir: Path | None = None
     targets: GoodputSlo | None = None  # None: the profile's, else the defaults (`goodput_slo`)
+    # A server of a run of several (`loadlib.report.targets`): its label in the run's journal,
+    # which is kept in `journal_dir` (its own files are in `run_dir`)
+    label: str | None = None
+    journal_dir: Path | None = None
 
     @cached_property
     def slo(self) -> GoodputSlo:
@@ -60,9 +65,21 @@ class RunData:
         return free_running.steady_state_table(self.df, self.slo.ttft_s, self.slo.decode_tps, self.steady_cells)
 
     @cached_property
+    def unmeasured(self) -> pd.DataFrame | None:
+        """The run's unmeasured requests (warm-up, priming, calibration; a server's own in a run of
+        several), which its server counted too (`read_unmeasured_frame`); None without any."""
+        journal = self.journal_dir or self.run_dir
+        found = read_unmeasured_frame(journal) if journal is not None else None
+        if found is None or self.label is None:
+            return found
+        own = found[found["target"] == self.label].reset_index(drop=True)
+        return own if len(own) else None
+
+    @cached_property
     def checks(self) -> list[Check]:
         """Each cell's validity checks (`loadlib.report.validity.run_checks`), for its section and JSON."""
-        return run_checks(self.run_dir, self.df, self.manifest, self.steady_cells)
+        return run_checks(self.run_dir, self.df, self.manifest, self.steady_cells, self.unmeasured,
+                          self.tables.concurrent)
 
     @cached_property
     def long_context(self) -> bool:
@@ -109,6 +126,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
+    Entry(lambda run: sections.acceptance_section(acceptance.acceptance_table(run.df))),
     Entry(_energy, when=lambda run: run.run_dir is not None),
     Entry(lambda run: checks_section(run.checks),
           when=lambda run: judged(run.run_dir, run.manifest)),

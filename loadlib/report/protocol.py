@@ -15,6 +15,7 @@ from loadlib.figures import protocol_tables
 from loadlib.figures.columns import distinct, isin
 from loadlib.figures.protocol_tables import PERCENTILES, ProtocolTables
 from loadlib.figures.uncertainty import uncertainty_columns
+from loadlib.figures.validity import aggregate_misleading
 from loadlib.record_table import THINKING_MODES, records_frame
 from loadlib.report import sections, text
 from loadlib.report.document import Section, rows
@@ -67,23 +68,54 @@ def protocol_sections(tables: ProtocolTables) -> list[Section]:
                 "tok/chunk": text.column(single["tok_per_chunk"], 2),
                 "n": text.column(single["n"], 0),
             }), keys=("scenario",), left=("scenario",)),
-        Section(
-            "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds: "
-            f"{protocol_tables.ROUND_RULE}, dropped = rounds left out; overlap = aggregate / mean per-stream decode "
-            "of those rounds (the thread's), and aggregate / single-stream code decode)",
-            concurrent[CONCURRENT_FIELDS], pd.DataFrame({
-                "N": text.column(concurrent["concurrency"], 0),
-                "case": case_labels(concurrent, tables.kinds),
-                "aggregate t/s": text.column(concurrent["aggregate_tps"]),
-                "range": text.spans(concurrent["min"], concurrent["max"]),
-                "n": text.column(concurrent["n"], 0),
-                "dropped": text.column(concurrent["failed_rounds"], 0),
-                "overlap vs per-stream": [text.ratio(v) for v in concurrent["overlap_vs_stream_decode"]],
-                "vs single code": [text.ratio(v) for v in concurrent["overlap_vs_single_decode"]],
-            }), keys=("cell",), left=("case",)),
+        concurrency_section(tables),
+        aggregate_caveat_section(concurrent),
         ttft_section(ttft),
         *([ttfo_section(ttft)] if _ttfo(ttft, TTFO_PERCENTILES) else []),
     ]
+
+
+def concurrency_section(tables: ProtocolTables) -> Section:
+    """The thread's concurrency table; where the protocol's aggregate misleads in some cell
+    (`protocol_tables.concurrency_table`'s `misleads`), the wall-clock aggregate beside it, marked
+    ! on the cells it misleads in (`aggregate_caveat_section` says why)."""
+    concurrent = tables.concurrent
+    view = pd.DataFrame({
+        "N": text.column(concurrent["concurrency"], 0),
+        "case": case_labels(concurrent, tables.kinds),
+        "aggregate t/s": text.column(concurrent["aggregate_tps"]),
+        "range": text.spans(concurrent["min"], concurrent["max"]),
+        **({WALL_CLOCK: [f"{value} !" if misleads else value for value, misleads in
+                         zip(text.column(concurrent["window_tps"]), concurrent["misleads"])]}
+           if concurrent["misleads"].any() else {}),
+        "n": text.column(concurrent["n"], 0),
+        "dropped": text.column(concurrent["failed_rounds"], 0),
+        "overlap vs per-stream": [text.ratio(v) for v in concurrent["overlap_vs_stream_decode"]],
+        "vs single code": [text.ratio(v) for v in concurrent["overlap_vs_single_decode"]],
+    })
+    return Section(
+        "concurrent", "Concurrency (aggregate = sum(comp-1)/max(total-ttft) per round, mean over rounds: "
+        f"{protocol_tables.ROUND_RULE}, dropped = rounds left out; overlap = aggregate / mean per-stream decode "
+        "of those rounds (the thread's), and aggregate / single-stream code decode"
+        + (f"; {WALL_CLOCK} = sum(comp-1)/(last token - first token of the round), ! where the aggregate misleads"
+           if concurrent["misleads"].any() else "") + ")",
+        concurrent[CONCURRENT_FIELDS], view, keys=("cell",), left=("case",))
+
+
+WALL_CLOCK = "wall-clock t/s"
+
+
+def aggregate_caveat_section(concurrent: pd.DataFrame) -> Section:
+    """One line a cell in which the protocol's aggregate misleads, saying why it and the
+    wall-clock aggregate differ (none where it misleads nowhere)."""
+    misled = concurrent[concurrent["misleads"]]
+    return Section(
+        "aggregate_caveat", "THE PROTOCOL'S AGGREGATE MISLEADS here: read the wall-clock t/s beside it (not a fault "
+        "of the server or the client; the protocol's figure is kept as the thread defines it)",
+        misled[["cell", "concurrency", "aggregate_tps", "window_tps", "together"]],
+        pd.DataFrame({"why the two aggregates differ": [f"{row['cell']}: {aggregate_misleading(row)}"
+                                                       for _, row in misled.iterrows()]}),
+        keys=("cell",), left=("why the two aggregates differ",), optional=True)
 
 
 def ttft_section(ttft: pd.DataFrame) -> Section:
@@ -233,7 +265,8 @@ def concurrency_details(tables: ProtocolTables) -> Section:
     conc = tables.concurrent
     return Section(
         "concurrency", "Concurrency, both aggregate definitions: protocol = sum(comp-1)/max(total-ttft); "
-        "window = sum(comp-1)/(last token - first token across the round's streams)",
+        "window = sum(comp-1)/(last token - first token across the round's streams); streams at once = the fewest "
+        "that decoded at once in a round",
         conc.drop(columns=["min", "max", "overlap_vs_stream_decode", "overlap_vs_single_decode"]), pd.DataFrame({
             "N": text.column(conc["concurrency"], 0),
             "case": case_labels(conc, tables.kinds),
@@ -241,6 +274,7 @@ def concurrency_details(tables: ProtocolTables) -> Section:
             "window t/s": text.column(conc["window_tps"]),
             "window range": text.spans(conc["window_min"], conc["window_max"]),
             "per-stream decode t/s": text.column(conc["stream_decode_tps"]),
+            "streams at once": text.column(conc["together"], 0),
             "cached prompt": [text.percent(v) for v in conc["cached_share"]],
             "n": text.column(conc["n"], 0),
             "failed rounds": text.column(conc["failed_rounds"], 0),

@@ -56,7 +56,7 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
         "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all streams = "
         "steady-state decode t/s of the busiest free-running cell; SLO met = steady-window requests meeting "
         f"TTFT <= {slo.ttft_s:g} s and decode >= {slo.decode_tps:g} t/s; tok/chunk = client, Σcomp/Σchunks; "
-        "accept len = the server's tokens per verify step; warnings = known performance warnings in its "
+        "accept len = the server's tokens per target forward; warnings = known performance warnings in its "
         "server's log)",
         table, view, keys=("label",), left=left)
 

@@ -68,7 +68,7 @@ def target_runs(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: Path | N
             own["server"] = entry["server"]
         records = df[df["target"] == label].reset_index(drop=True)
         split.append(TargetRun(label, RunData(records, own, target_dir(run_dir, label) if run_dir is not None else None,
-                                              slo)))
+                                              slo, label=label, journal_dir=run_dir)))
     return split
 
 

@@ -8,6 +8,7 @@ line for a check that went the same way in several cells, under a title that cou
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -15,25 +16,26 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from loadlib.figures.free_running import SteadyCell
-from loadlib.figures.validity import CHECKS, Check, server_absence, validity_checks
-from loadlib.record_table import read_unmeasured_frame
+from loadlib.figures.validity import CAVEATS, CHECKS, Check, server_absence, validity_checks
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import read_scrapes
 
 COLUMNS = ["cell", "name", "ok", "detail"]
-WHAT = ("per cell: client headroom; completion tokens, requests and requests in flight, client against server; "
-        "accept length against tok/chunk; Little's law in free-running cells; cache state where a cell meant one")
+WHAT = ("per cell: client headroom; failed requests; completion tokens, requests and requests in flight, client "
+        "against server; accept length against tok/chunk; in rounds of N streams whether they ran together "
+        "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
 
 def run_checks(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
-               steady_cells: Iterable[SteadyCell] = ()) -> list[Check]:
-    """Every check of the run whose records, manifest and directory (its scrapes, its unmeasured
-    requests) are given."""
+               steady_cells: Iterable[SteadyCell] = (), unmeasured: pd.DataFrame | None = None,
+               concurrent: pd.DataFrame | None = None) -> list[Check]:
+    """Every check of the run whose records, manifest, directory (its scrapes), unmeasured
+    requests (`RunData.unmeasured`) and concurrency table are given."""
     scrapes = list(read_scrapes(run_dir, server_figures.NAMES_READ)) if run_dir is not None else []
-    return validity_checks(records, manifest, server_figures.server_cells(scrapes),
-                           server_absence(manifest, scrapes), steady_cells,
-                           read_unmeasured_frame(run_dir) if run_dir is not None else None)
+    launch = (manifest.get("server") or {}).get("launch")
+    return validity_checks(records, manifest, server_figures.server_cells(scrapes, records, launch),
+                           server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent)
 
 
 def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:
@@ -44,11 +46,16 @@ def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:
 def checks_section(checks: Sequence[Check]) -> Section:
     data = pd.DataFrame([asdict(c) for c in checks], columns=COLUMNS).astype({"ok": object})
     failed = sum(c.ok is False for c in checks)
+    caveats = sum(c.ok is False and c.name in CAVEATS for c in checks)
     unmade = sum(c.ok is None for c in checks)
     if not checks:
         verdict = "Validity: no measured cell to judge"
     elif failed:
-        verdict = f"VALIDITY: {failed} of {len(checks)} checks failed" + (
+        kinds = ("" if not caveats else f" ({caveats} of them the protocol's aggregate misleading: a caveat of the "
+                 "figure, not a fault)" if caveats < failed else
+                 ", all of them the protocol's aggregate misleading: a caveat of the figure, not a fault of the "
+                 "server or the client")
+        verdict = f"VALIDITY: {failed} of {len(checks)} checks failed{kinds}" + (
             f", {unmade} could not be made" if unmade else "")
     elif unmade:
         verdict = f"Validity: no check failed; {unmade} of {len(checks)} could not be made"
@@ -62,8 +69,10 @@ def checks_section(checks: Sequence[Check]) -> Section:
 def findings(checks: Sequence[Check]) -> list[str]:
     """The checks that failed, then those that could not be made, in words: "c4-different: client
     and server disagree: ...", "every cell: requests (client against server) not checked: ...";
-    a check that went the same way in every cell is one line, and so is one not made in several."""
+    a check that went the same way in every cell (every time each ran) is one line, and so is one
+    not made in several."""
     cells = list(dict.fromkeys(c.cell for c in checks))
+    made = Counter(c.name for c in checks)  # a cell that ran several times has a check per time
     grouped: dict[tuple[str, bool | None, str], list[str]] = {}
     for check in checks:
         if check.ok is not True:
@@ -73,7 +82,7 @@ def findings(checks: Sequence[Check]) -> list[str]:
         for (name, ok, detail), where in grouped.items():
             if ok is not wanted:
                 continue
-            if len(cells) > 1 and set(where) == set(cells):
+            if len(cells) > 1 and set(where) == set(cells) and len(where) == made[name]:
                 labels = ["every cell"]
             else:  # a failure flags each cell; a check not made names its cells at once
                 labels = list(dict.fromkeys(where)) if ok is False else [", ".join(dict.fromkeys(where))]

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import verdicts
-from loadlib.figures.headline import headline_figures
+from loadlib.figures.headline import (PROTOCOL_AGGREGATE, WINDOW_AGGREGATE, headline_figures,
+                                      leading_honest_figures)
 from loadlib.report import text
 from loadlib.report.document import Section
 
@@ -27,8 +28,8 @@ class Side(Protocol):
 def judge(runs: Sequence[Side], slos: Sequence[Any]) -> tuple[pd.DataFrame, Section]:
     """The runs' headline figures (`headline_figures`, `run` = each one's label) and the verdicts of
     each against the first (`verdicts_section`), `slos` setting each one's goodput targets."""
-    figures = pd.concat([headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)],
-                        ignore_index=True)
+    figures = leading_honest_figures(pd.concat(
+        [headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)], ignore_index=True))
     return figures, verdicts_section(runs, list(slos), figures)
 
 
@@ -49,7 +50,8 @@ def verdicts_section(runs: Sequence[Side], slos: list[Any], figures: pd.DataFram
         parts.append(table.assign(run_a=first.label, run_b=run.label))
     columns = ["figure", "cell", "run_a", "run_b", *verdicts.VERDICT_COLUMNS[2:]]
     data = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
-    lines = [_verdict_sentence(row) for row in data.itertuples(index=False)]
+    misled = _misled_runs(figures)
+    lines = [_verdict_sentence(row, _caveat(row.figure, misled)) for row in data.itertuples(index=False)]
     if data["few_samples"].any():
         lines.append(f"few samples: fewer than {verdicts.FEW_SAMPLES} independent samples on a side (3 rounds, or a "
                      "time series in few blocks); the interval is then about as wide as their whole spread")
@@ -60,9 +62,9 @@ def verdicts_section(runs: Sequence[Side], slos: list[Any], figures: pd.DataFram
         keys=("run_b", "figure"), left=("verdicts",))
 
 
-def _verdict_sentence(row: Any) -> str:
-    """e.g. "c4-different aggregate t/s (protocol): b is 7.4 % lower than a (95 % CI -8.1 to -6.7 %, n 3/3)";
-    without "than a" where the line would be wider than `LINE_CHARS` (the title names a)."""
+def _verdict_sentence(row: Any, caveat: str = "") -> str:
+    """e.g. "c4-different aggregate t/s (protocol): b is 7.4 % lower than a (95 % CI -8.1 to -6.7 %, n 3/3)",
+    then its `caveat`; without "than a" where the line would be wider than `LINE_CHARS` (the title names a)."""
     counts = f"n {row.n_a}/{row.n_b}"
     if row.verdict == verdicts.TOO_FEW:
         claim, reference = f"too few samples to tell {row.run_b}", f" from {row.run_a}"
@@ -77,8 +79,32 @@ def _verdict_sentence(row: Any) -> str:
         else:
             claim, reference = f"{row.run_b} is {abs(row.diff_pct):,.1f} % {row.verdict}", f" than {row.run_a}"
             detail = f"{interval}, {counts}"
-    sentence = f"{row.figure}: {claim}{reference} ({detail})"
-    return sentence if len(sentence) <= LINE_CHARS - 2 else f"{row.figure}: {claim} ({detail})"
+    sentence = f"{row.figure}: {claim}{reference} ({detail}){caveat}"
+    return sentence if len(sentence) <= LINE_CHARS - 2 else f"{row.figure}: {claim} ({detail}){caveat}"
+
+
+def _misled_runs(figures: pd.DataFrame) -> dict[str, list[str]]:
+    """Per figure that misleads on some run (`headline_figures`' `misleads`), those runs' labels;
+    the wall-clock aggregate of such a cell is listed under its own name with the same runs."""
+    found: dict[str, list[str]] = {}
+    for row in figures[figures["misleads"]].itertuples(index=False):
+        found.setdefault(row.figure, []).append(row.run)
+        if row.figure.endswith(PROTOCOL_AGGREGATE.format("")):
+            cell = row.figure[:-len(PROTOCOL_AGGREGATE.format(""))]
+            found.setdefault(WINDOW_AGGREGATE.format(cell), []).append(row.run)
+    return found
+
+
+def _caveat(figure: str, misled: dict[str, list[str]]) -> str:
+    """What a verdict's reader must know of its figure: the wall-clock aggregate leads where the
+    protocol's misleads, which says so."""
+    runs = misled.get(figure)
+    if not runs:
+        return ""
+    where = ", ".join(dict.fromkeys(runs))
+    if figure.endswith(WINDOW_AGGREGATE.format("")):
+        return f"; read this one: the protocol's misleads on {where}"
+    return f"; MISLEADS on {where}: streams not run together"
 
 
 def _signed(value: float) -> str:

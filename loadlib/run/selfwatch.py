@@ -3,8 +3,9 @@
 A load generator that is itself saturated measures its own delays, not the server's. A greenlet
 wakes every `interval_s`; how late it wakes is the loop lag that every timestamp may carry, and
 process CPU time over wall time is the share of a core this process used. Lag counts only while
-a request is in flight (`in_flight`, kept by the users): a pause while nothing is being timed
-(start-up, the end-of-run summary) delays no measurement.
+requests were in flight (`in_flight`, kept by the users) when the watch went to sleep and when it
+woke: a pause that began while nothing was being timed (start-up, a cell's end line between two
+rounds cells, the end-of-run summary) delays no measurement, and no request could start during it.
 
 Lag alone does not say whose fault it was. Each second the watch also reads how busy the machine
 was: processes waiting to run (`procs_running` in /proc/stat, against the cores), the CPU share
@@ -28,6 +29,8 @@ from typing import Any
 import gevent
 import numpy as np
 import psutil
+
+from loadlib.figures.client_limits import LAG_LIMIT_S
 
 LAG_BUCKET_S = 0.0001
 LAG_BUCKETS = 20_000  # up to 2 s; longer lags count in the last bucket (their maximum is kept apart)
@@ -64,7 +67,7 @@ class SelfWatch:
             if self._greenlet is None:  # stopped while asleep: what follows is not the run's lag
                 return
             now = time.perf_counter()
-            if timing or self.in_flight > 0:
+            if timing and self.in_flight > 0:
                 lag = max(now - before - self.interval_s, 0.0)
                 self.lag_counts[min(int(lag / LAG_BUCKET_S), LAG_BUCKETS - 1)] += 1
                 self.lag_max_s = max(self.lag_max_s, lag)
@@ -79,7 +82,7 @@ class SelfWatch:
 
     def snapshot(self) -> dict[str, Any]:
         """Summary figures so far: CPU share mean/max, loop lag p50/p99 (to 0.1 ms) and max in
-        seconds, and the process's role."""
+        seconds, how many samples lagged beyond `LAG_LIMIT_S`, and the process's role."""
         return {
             "role": self.role,
             "cpu_share_mean": self.cpu_share_sum / self.cpu_windows if self.cpu_windows else 0.0,
@@ -88,6 +91,7 @@ class SelfWatch:
             "loop_lag_p99_s": self._lag_quantile(0.99),
             "loop_lag_max_s": self.lag_max_s,
             "samples": int(self.lag_counts.sum()),
+            "loop_lag_over_limit": int(self.lag_counts[round(LAG_LIMIT_S / LAG_BUCKET_S):].sum()),
             **self.machine.snapshot(),
         }
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from loadlib.wire.connection import Connection, Endpoint, TransportError
-from loadlib.wire.flavours import FLAVOURS, LLAMACPP, SGLANG, Flavour
+from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS, LLAMACPP, SGLANG, Flavour
 
 SERVER_INFO_FILE = "server_info.json"
 MODELS_PATH = "/v1/models"  # every OpenAI-compatible server
@@ -32,6 +32,7 @@ LAUNCH_FLAGS = (
     "enable_cache_report", "stream_interval", "attention_backend", "speculative_algorithm",
     "speculative_draft_model_path", "speculative_num_draft_tokens", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_dflash_block_size",
+    "decode_log_interval",  # how often its running/queued/accept-length gauges are set
 )
 REDACTED = "***"
 _SECRET_NAME = re.compile(r"api_?key|secret|passw(or)?d|credential|(^|_)token$", re.IGNORECASE)
@@ -131,6 +132,9 @@ def launch_flags(bodies: dict[str, Any]) -> dict[str, Any]:
     """The launch flags users post (SGLang's server args, llama.cpp's slots and context)."""
     info = _info(bodies, SGLANG)
     flags = {name: info[name] for name in LAUNCH_FLAGS if name in info}
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict) and states[0].get(EFFECTIVE_MAX_RUNNING):
+        flags[EFFECTIVE_MAX_RUNNING] = states[0][EFFECTIVE_MAX_RUNNING]
     props = _info(bodies, LLAMACPP)
     settings = props.get("default_generation_settings") or {}
     for name, value in (("total_slots", props.get("total_slots")),

@@ -110,6 +110,7 @@ class ServerWatch:
         self.meter: GpuMeter | None = None
         self.note_in_manifest = note_in_manifest
         self.cell_records = cell_records
+        self.launch: dict[str, Any] = {}  # the server's launch flags, as the probe read them
         self.cell: dict[str, Any] | None = None  # tag of the cell in progress
         self._cell_entries: list[dict[str, Any]] = []
         self._cells_started = 0
@@ -121,6 +122,7 @@ class ServerWatch:
         could not: a run without the server's view is still a run."""
         try:
             summary, bodies = probe_server(self.host, self.api_key, self.verify_tls)
+            self.launch = summary.get("launch") or {}
             (self.run_dir / SERVER_INFO_FILE).write_bytes(orjson.dumps(bodies, option=orjson.OPT_INDENT_2))
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
             if self.gpu_power is not None:
@@ -191,7 +193,7 @@ class ServerWatch:
 
         records = records_frame(self.cell_records(tag["cell"]))
         entries = [parsed(e, server_figures.NAMES_READ) for e in self._cell_entries]
-        for server in server_figures.server_cells(entries):
+        for server in server_figures.server_cells(entries, records, self.launch):
             own = server_figures.cell_records(records, server.span)
             client = server_figures.client_tok_per_chunk(own)
             relative = server_figures.divergence(server.accept_length, client)

@@ -34,13 +34,23 @@ class ErrorShape:
     done_after_stream_error: bool  # `data: [DONE]` still follows an error event
 
 
+# How a server keeps its running/queued gauges, which decides what a scrape of them can say:
+# "scrape": counted when the page is asked for, every request in a slot (prompt included);
+# "step": set at every engine step, requests being prefilled among the running;
+# "decode_log": set at each prefill batch (leaving out the requests that batch admits) and once
+# every `decode_log_interval` decode batches (SGLang's scheduler; every 30 s when idle).
+HELD_REFRESH = ("scrape", "step", "decode_log")
+
+
 @dataclass(frozen=True)
 class MetricNames:
     """Where the server's /metrics keeps each figure (sample names as they appear)."""
 
     prefix: str  # every metric of this server starts with it
-    accept_counters: tuple[str, str] | None = None  # (accepted draft tokens, drafts): 1 + a/d
-    accept_gauge: str | None = None
+    # (accepted draft tokens, drafting steps): with `generated`, tokens per target forward pass
+    # = generated / (generated - accepted); the server's own per-drafting-step figure is 1 + a/d
+    accept_counters: tuple[str, str] | None = None
+    accept_gauge: str | None = None  # the server's own tokens per forward, over its last logging interval
     cache_counters: tuple[tuple[str, str], ...] = ()  # (hit tokens, queried tokens), first found
     # (hit tokens, prompt tokens computed): a server that counts the two apart (llama.cpp), whose
     # queried tokens are their sum
@@ -48,6 +58,9 @@ class MetricNames:
     cache_gauge: str | None = None
     running: str | None = None
     queued: str | None = None
+    # When `running` and `queued` are set (`HELD_REFRESH`): at each scrape, at each engine step, or
+    # at the server's batch logs only
+    held_refresh: str = "scrape"
     ttft: str | None = None  # histogram: mean = change of _sum / change of _count
     requests: str | None = None  # finished requests
     generated: str | None = None  # generated tokens
@@ -58,6 +71,12 @@ class MetricNames:
     # Requests a router in front of this server sent to each worker (label `worker`), on the
     # router's own page; the first name found counts.
     router_requests: tuple[str, ...] = ()
+    # Speculative decoding per verify step, to check each request's own account against and for
+    # the acceptance by draft position: the verify steps (SGLang's verify calls, counted when a
+    # request finishes; vLLM's and llama.cpp's drafts) and the drafts accepted at each draft
+    # position (label `position`, from 0: the steps that accepted more than that many)
+    verify_steps: str | None = None
+    accepted_per_position: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,11 +115,12 @@ SGLANG = Flavour(
         "sglang:", accept_gauge="sglang:spec_accept_length",
         cache_counters=(("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),),
         cache_gauge="sglang:cache_hit_rate", running="sglang:num_running_reqs",
-        queued="sglang:num_queue_reqs", ttft="sglang:time_to_first_token_seconds",
+        queued="sglang:num_queue_reqs", held_refresh="decode_log", ttft="sglang:time_to_first_token_seconds",
         requests="sglang:num_requests_total", generated="sglang:generation_tokens_total",
         # sglang-router up to 0.2, then its Model Gateway names (0.3 on), whose circuit breaker
         # counts every request's outcome per worker.
-        router_requests=("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")),
+        router_requests=("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total"),
+        verify_steps="sglang:spec_verify_calls_total"),  # observability/metrics_collector.py (0.5.23)
     Probes("sglang", ("/get_server_info", "/server_info"), marks=("tp_size", "internal_states"),
            version_field="version", owned_by="sglang",
            more_paths=(("/get_model_info", "/model_info"),),  # model path, architecture
@@ -116,9 +136,12 @@ VLLM = Flavour(
         cache_counters=(("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
                         ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total")),
         cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
-        queued="vllm:num_requests_waiting", ttft="vllm:time_to_first_token_seconds",
+        queued="vllm:num_requests_waiting", held_refresh="step", ttft="vllm:time_to_first_token_seconds",
         requests="vllm:request_success_total", generated="vllm:generation_tokens_total",
-        generated_each_step=True),
+        generated_each_step=True,
+        # v1/spec_decode/metrics.py (0.34): prometheus_client adds `_total` to a counter's samples
+        verify_steps="vllm:spec_decode_num_drafts_total",
+        accepted_per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     Probes("vllm", ("/version",), marks=(), version_field="version", owned_by="vllm"),
     server_header="uvicorn")
 LLAMACPP = Flavour(
@@ -127,15 +150,24 @@ LLAMACPP = Flavour(
     ErrorShape(("code", "message", "type"), nested_in_body=True, done_after_stream_error=False),
     MetricNames(  # llama-server's --metrics: no TTFT histogram and no count of requests
         "llamacpp:",
-        # current llama-server; older builds export neither and show no accept length or prefix hit
+        # current llama-server, counted when a request finishes (as tokens_predicted_total is);
+        # older builds export neither and show no accept length or prefix hit. Its drafts are the
+        # verify steps that had a draft: an n-gram drafter drafts on few of them
         accept_counters=("llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_drafts_total"),
         # its prompt_tokens_total counts the prompt tokens it computed, the cached ones apart
         cache_parts=("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
         running="llamacpp:requests_processing", queued="llamacpp:requests_deferred",
-        generated="llamacpp:tokens_predicted_total"),
+        generated="llamacpp:tokens_predicted_total",
+        # tools/server/server-task.cpp: its drafts are its verify steps (`n_draft_verif_steps`)
+        verify_steps="llamacpp:spec_decode_num_drafts_total",
+        accepted_per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total"),
     Probes("llama.cpp", ("/props",), marks=("default_generation_settings", "build_info"),
            version_field="build_info", owned_by="llamacpp"),
     server_header="llama.cpp")
+
+# SGLang's own running-request limit when --max-running-requests is not given: what its scheduler
+# derived, per data-parallel rank, in the info body's `internal_states` (kept with the launch flags)
+EFFECTIVE_MAX_RUNNING = "effective_max_running_requests_per_dp"
 
 FLAVOURS: dict[str, Flavour] = {f.name: f for f in (SGLANG, VLLM, LLAMACPP)}
 

@@ -255,3 +255,30 @@ def test_one_configuration_against_itself_reads_not_distinguishable(simulator_ru
     for figure in (*DECODE_FIGURES, *THROUGHPUT_FIGURES):
         assert verdicts.loc[figure, "verdict"] == "not distinguishable", (figure, verdicts.loc[figure].to_dict())
     assert section(document, "conditions").view["conditions"].iat[0].startswith("again against fast: same client host")
+
+
+# --- a protocol aggregate that misleads: the figure that did not lead -------------------------------------
+
+def four_streams(label, together):
+    """Three rounds of four streams of 512 tokens: all at once (2.8 s of decode each), or two at a
+    time (the other two wait 3 s): the protocol's aggregate is 730 t/s either way, the wall-clock
+    one 730 or 352 t/s."""
+    return build_run([build_record("c4-same", round=r, slot=s, sent_at=1_700_000_000.0 + 10 * r,
+                                   ttft_s=0.2 + (0 if together else 3 * (s // 2)),
+                                   total_s=3.0 + (0 if together else 3 * (s // 2)) + 0.01 * r, comp=512, chunks=100)
+                      for r in range(3) for s in range(4)], label)
+
+
+def test_compare_leads_with_the_aggregate_that_did_not_mislead_and_says_so():
+    document = compare([four_streams("queued", together=False), four_streams("together", together=True)])
+    figures = list(dict.fromkeys(section(document, "comparison").data["figure"]))
+    assert figures.index("c4-same aggregate t/s (window)") < figures.index("c4-same aggregate t/s (protocol)")
+    lines = section(document, "verdicts").view["verdicts"].tolist()
+    window = next(line for line in lines if line.startswith("c4-same aggregate t/s (window)"))
+    protocol = next(line for line in lines if line.startswith("c4-same aggregate t/s (protocol)"))
+    assert lines.index(window) < lines.index(protocol)
+    assert window.startswith("c4-same aggregate t/s (window): together is 106.8 % higher")
+    assert window.endswith("; read this one: the protocol's misleads on queued")
+    assert protocol.endswith("; MISLEADS on queued: streams not run together")
+    cell = section(document, "comparison").view.set_index("figure").loc["c4-same aggregate t/s (protocol)", "queued"]
+    assert cell.endswith(" !")

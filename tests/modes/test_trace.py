@@ -9,6 +9,8 @@ import sys
 import orjson
 import pytest
 
+from loadlib.modes.trace import TracePrompts, TraceRequest
+from loadlib.scenarios.base import ANY, WARM
 from tests.conftest import LOCUSTFILE, free_port, run_together
 from tests.profile_runs import run_profile
 
@@ -43,6 +45,18 @@ def test_a_mooncake_trace_replays_at_its_times_with_its_lengths_and_shared_block
     assert run["prompt_tokens"].median() == pytest.approx(1630, rel=0.1)
     assert (run["cached_tokens"].iloc[5:] >= 1000).all()  # the shared hash blocks hit the prefix cache
     assert "Trace replay" in result.stdout and "trace   40" in result.stdout
+
+
+def test_a_block_is_meant_warm_once_a_request_carrying_it_was_answered():
+    """A request whose blocks were only sent (their first request may still be in its prefill or
+    queued) is not meant to meet them warm; once one was answered, they are in the prefix cache."""
+    prompts = TracePrompts("salt")
+    first, alongside = (prompts.job_for(TraceRequest(0.0, 1600, 16, (1, 2))) for _ in range(2))
+    assert (first.cache, alongside.cache) == (ANY, ANY)
+    prompts.observe(alongside, {"ttft_s": None, "error": "http_500"})  # no answer: nothing cached
+    assert prompts.job_for(TraceRequest(0.1, 1600, 16, (2, 9))).cache == ANY
+    prompts.observe(first, {"ttft_s": 0.3})
+    assert prompts.job_for(TraceRequest(0.2, 1600, 16, (1, 3))).cache == WARM
 
 
 # (input_length, hash_ids) at 150 ms gaps: mooncake's blocks of 512 tokens cover the prompt in

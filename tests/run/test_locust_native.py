@@ -113,6 +113,12 @@ def test_readme_locustfile_runs_with_u_r_t_and_csv_one_request_event_per_request
     report = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run")],
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0 and "short" in report.stdout
+    # its users start no cells: the scrapes frame the whole run, and the server's counts are checked over it
+    assert "no /metrics" not in result.stdout
+    checks = orjson.loads(subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run"), "--json"],
+                                         capture_output=True, text=True, timeout=60).stdout)["tables"]["validity"]
+    counted = {c["name"]: c for c in checks if c["cell"] == "whole run"}
+    assert counted["tokens"]["ok"] is True and counted["requests"]["ok"] is True, counted
 
 
 @pytest.mark.processes

@@ -49,6 +49,29 @@ def test_lag_on_a_busy_machine_is_told_apart_from_a_client_short_of_cpu():
     assert client_limited([idle])[0].startswith("client event-loop lag p99 was 35.0 ms")
 
 
+def test_one_stall_in_a_short_run_is_an_event_not_a_lagging_loop():
+    """69 samples: their p99 is their maximum; one 23 ms stall must not condemn the client, two must."""
+    one = {"cpu_share_max": 0.08, "loop_lag_p99_s": 0.023, "samples": 69, "loop_lag_over_limit": 1,
+           "cores": 2, "run_queue_max": 2, "involuntary_switches_per_s": 27.0}
+    assert client_limited([one]) == []
+    assert client_limited([{**one, "loop_lag_over_limit": 2}])[0].startswith("client event-loop lag p99 was 23.0 ms")
+    many = {**one, "samples": 1000, "loop_lag_over_limit": 10}  # 1 %: the p99 itself is at the limit
+    assert client_limited([many]) == [] and client_limited([{**many, "loop_lag_over_limit": 11}])
+
+
+def test_the_watch_counts_the_samples_that_lagged_beyond_the_limit():
+    watch = SelfWatch(interval_s=0.01)
+    watch.start()
+    watch.in_flight = 1
+    gevent.sleep(0.2)
+    _busy(0.03)  # one stall of the loop
+    gevent.sleep(0.2)
+    watch.stop()
+    snap = watch.snapshot()
+    assert snap["loop_lag_over_limit"] >= 1 and snap["loop_lag_max_s"] >= 0.02
+    assert snap["loop_lag_over_limit"] < snap["samples"] / 4
+
+
 def test_the_watch_reads_how_busy_the_machine_is():
     watch = SelfWatch(interval_s=0.01)
     watch.start()

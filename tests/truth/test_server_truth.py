@@ -23,7 +23,7 @@ from loadlib.report.document import rows
 from loadlib.report.server_view import server_cell_table
 from loadlib.sim.process import start_simulator
 from loadlib.truth import server_figures
-from loadlib.truth.probe import REDACTED, redact
+from loadlib.truth.probe import REDACTED, launch_flags, redact
 from loadlib.truth.scrape import parsed, read_scrapes
 from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
 from tests.conftest import FAST_SIM, free_port, run_locust, sglang_router
@@ -54,7 +54,7 @@ def llamacpp_page_now(cached: int, drafts: int, accepted: int) -> str:
 
 
 LLAMACPP_NOW = {"start": llamacpp_page_now(20_000, 500, 1_000), "during": llamacpp_page_now(24_000, 600, 1_300),
-                "end": llamacpp_page_now(30_236, 700, 1_600)}
+                "end": llamacpp_page_now(30_236, 752, 1_768)}
 
 
 def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
@@ -75,9 +75,12 @@ def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
     ("sglang", dict(server="SGLang", accept_length=6.1, accept_basis="gauge", prefix_hit_rate=0.75,
                     prefix_basis="counter", running_mean=2.0, queued_mean=2.0, ttft_mean_s=0.25,
                     requests=4.0, generated_tokens=2048.0)),
-    # vLLM (two engines, summed): 1 + 1600 accepted / 400 drafts; 2500 hits of 10000 queried
-    # tokens; running 5 + 3, waiting 2 + 1; TTFT 2.4 s / 8.
-    ("vllm", dict(server="vLLM", accept_length=5.0, accept_basis="counter", prefix_hit_rate=0.25,
+    # vLLM (two engines, summed): 4096 tokens generated, 1600 of them accepted drafts, so 2496
+    # forwards: 1.64 tokens per forward, though its 400 drafts accepted 1 + 1600 / 400 = 5.0 each
+    # (it drafted on few steps); 2500 hits of 10000 queried tokens; running 5 + 3, waiting 2 + 1;
+    # TTFT 2.4 s / 8.
+    ("vllm", dict(server="vLLM", accept_length=4096 / 2496, accept_per_draft=5.0, accept_basis="counter",
+                  prefix_hit_rate=0.25,
                   prefix_basis="counter", running_mean=8.0, queued_mean=3.0, ttft_mean_s=0.3,
                   requests=8.0, generated_tokens=4096.0)),
     # an older llama-server: no speculative, prefix-cache or TTFT metrics; processing and deferred
@@ -95,13 +98,65 @@ def test_recorded_metric_texts_give_the_per_cell_figures(server, expected):
 
 
 def test_a_current_llama_server_gives_its_accept_length_and_prefix_hits_by_counters():
-    # 1 + 600 accepted / 200 drafts; 10,236 prompt tokens from the cache and 10,236 - 6,824 computed
+    # 1,024 tokens of which 768 accepted drafts: 256 forwards, 4 tokens each; its 252 drafts (every
+    # step but each request's first) 1 + 768 / 252 each; 10,236 prompt tokens from the cache and
+    # 10,236 - 6,824 computed
     [cell] = server_figures.server_cells(recorded_cell("llamacpp", added=LLAMACPP_NOW))
     assert (cell.accept_length, cell.accept_basis) == (4.0, "counter")
+    assert cell.accept_per_draft == pytest.approx(1 + 768 / 252)
     assert cell.prefix_hit_rate == pytest.approx(10_236 / (10_236 + 3_412)) and cell.prefix_basis == "counter"
     assert cell.generated_tokens == 1024.0 and cell.requests is None and cell.ttft_mean_s is None
     row = server_cell_table([cell], client_records(chunks=128)).iloc[0]  # 512 tokens in 128 chunks
     assert row["client_tok_per_chunk"] == pytest.approx(4.0) and not row["diverges"]
+
+
+def test_a_llama_server_that_drafted_on_few_steps_accepts_about_one_token_per_forward():
+    """Issue 34: an n-gram drafter that drafted on 6 of ~2,000 steps, 14 tokens accepted: the
+    tokens per forward are 2,048 / 2,034 = 1.01 (its own per-drafting-step figure, 1 + 14 / 6, is
+    kept beside it); one token a chunk agrees with it."""
+    pages = {"start": llamacpp_page_now(0, 0, 0), "during": llamacpp_page_now(0, 3, 7),
+             "end": llamacpp_page_now(0, 6, 14)}
+    entries = recorded_cell("llamacpp", added=pages)
+    entries[2]["samples"] = [[n, labels, 3072 + 2048 if n == "llamacpp:tokens_predicted_total" else v]
+                             for n, labels, v in entries[2]["samples"]]
+    [cell] = server_figures.server_cells(entries)
+    assert cell.accept_length == pytest.approx(2048 / 2034) and cell.accept_per_draft == pytest.approx(1 + 14 / 6)
+    row = server_cell_table([cell], client_records(chunks=512)).iloc[0]  # one token a chunk
+    assert row["client_tok_per_chunk"] == 1.0 and not row["diverges"] and row["divergence_cause"] is None
+
+
+def test_a_server_that_drafted_nothing_makes_one_token_a_forward():
+    """A plain llama-server, or an n-gram drafter that found no match in the cell, counts no draft:
+    1.00 tokens per forward and no per-drafting-step figure; one token a chunk agrees with it."""
+    [cell] = server_figures.server_cells(recorded_cell("llamacpp", added={
+        name: llamacpp_page_now(0, 0, 0) for name in ("start", "during", "end")}))
+    assert (cell.accept_length, cell.accept_basis, cell.accept_per_draft) == (1.0, "counter", None)
+    assert not server_cell_table([cell], client_records(chunks=512)).iloc[0]["diverges"]
+
+
+def test_one_token_a_chunk_below_the_accept_length_is_not_a_merge():
+    """llama.cpp streams one token a chunk whatever it accepts a forward: tok/chunk 1.0 against 4.0
+    tokens per forward is no merge; the server view says what it is."""
+    [cell] = server_figures.server_cells(recorded_cell("llamacpp", added=LLAMACPP_NOW))
+    row = server_cell_table([cell], client_records(chunks=512)).iloc[0]
+    assert row["divergence"] == pytest.approx(-0.75) and not row["diverges"]
+    assert row["divergence_cause"] == server_figures.SPLIT
+
+
+def test_a_gauge_value_repeated_after_a_logging_interval_still_counts():
+    """A periodic load can give two logging intervals the same accept length: a value equal to the
+    cell's start value, read when a decode-log interval has surely passed (the client's chunks a
+    step apart: 2.8 s / 85 gaps x 40 = 1.3 s), is the cell's; without the client's records it is
+    left out, as a value that may be stale."""
+    entries = recorded_cell("sglang")
+    start_value = next(v for n, _l, v in entries[0]["samples"] if n == "sglang:spec_accept_length")
+    entries[1]["samples"] = [[n, labels, start_value if n == "sglang:spec_accept_length" else v]
+                             for n, labels, v in entries[1]["samples"]]
+    [fresh] = server_figures.server_cells(entries, client_records(chunks=86))
+    [unsure] = server_figures.server_cells(entries)
+    end_value = next(v for n, _l, v in entries[2]["samples"] if n == "sglang:spec_accept_length")
+    assert fresh.accept_length == pytest.approx((start_value + end_value) / 2)
+    assert unsure.accept_length == pytest.approx(end_value)
 
 
 @pytest.mark.parametrize("server", ["sglang", "vllm", "llamacpp"])
@@ -160,6 +215,13 @@ def test_records_outside_the_cells_scrapes_are_not_its_records():
 
 
 # --- server info and scraping never raise ------------------------------------------------------
+
+def test_launch_flags_keep_how_often_sglang_sets_its_gauges_and_its_derived_running_limit():
+    info = {"tp_size": 2, "max_running_requests": None, "decode_log_interval": 40,
+            "internal_states": [{"effective_max_running_requests_per_dp": 48, "last_gen_throughput": 1.0}]}
+    flags = launch_flags({"/get_server_info": info})
+    assert flags["decode_log_interval"] == 40 and flags["effective_max_running_requests_per_dp"] == 48
+
 
 def test_secrets_in_server_answers_are_redacted():
     key = "sk-live-0123456789"

@@ -131,7 +131,7 @@ function sweep(section, sw) {
       : ["steady_decode_tps", null, "decode t/s of all streams (steady state of the busiest free-running cell)", "t/s"],
     ["decode_p50_tps", "decode_p50", "decode t/s per request, p50 (whiskers: 95 % CI)", "t/s"],
     ["ttft_p50_s", "ttft_p50", "TTFT p50 (whiskers: 95 % CI)", "s"],
-    has("accept_length") ? ["accept_length", null, "accept length (the server's tokens per verify step)", "tokens"]
+    has("accept_length") ? ["accept_length", null, "accept length (the server's tokens per target forward)", "tokens"]
       : ["tok_per_chunk", null, "tok/chunk (client; no server accept length scraped)", "tokens"],
   ];
   const runOf = (r) => Math.max(DATA.labels.indexOf(r.label), DATA.labels.indexOf(`${sw.label}/${r.label}`), 0);
