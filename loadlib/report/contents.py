@@ -18,7 +18,7 @@ import pandas as pd
 
 from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
-from loadlib.figures.columns import distinct
+from loadlib.figures.columns import distinct, isin
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
 from loadlib.figures.validity import Check
 from loadlib.record_table import read_unmeasured_frame
@@ -83,8 +83,9 @@ class RunData:
 
     @cached_property
     def long_context(self) -> bool:
-        """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
-        return any(str(name).startswith(LONG_CONTEXT_KIND) for name in distinct(self.df["scenario"]))
+        """Whether the run has long-context scenarios (its records' `kind`), whose prefill per
+        size the summary shows."""
+        return bool(isin(self.df["kind"], (LONG_CONTEXT_KIND,)).any())
 
 
 @dataclass(frozen=True)
