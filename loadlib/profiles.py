@@ -106,6 +106,11 @@ class Profile(Strict):
     targets: list[TargetSpec] = Field(default_factory=list)  # an A/B run: cells alternate between them
     server: ServerSpec | None = None  # a sweep: the server launched once per configuration
 
+    def servers_table(self) -> str | None:
+        """Where the profile names its servers (an A/B run's `[[targets]]`, a sweep's `[server]`);
+        None where it names none (the run's --host, or the built-in simulator)."""
+        return "[[targets]]" if self.targets else "[server]" if self.server is not None else None
+
     @field_validator("targets")
     @classmethod
     def _distinct_labels(cls, targets: list[TargetSpec], info: ValidationInfo) -> list[TargetSpec]:

@@ -35,17 +35,21 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
-from loadlib.records import IN_MEMORY_FIELDS, RECORDS_FILE, RequestRecord
+from loadlib.modes.older_records import fill_label_fields
+from loadlib.records import JOURNAL_FIELDS, RECORDS_FILE, RequestRecord
 
 # --- the records as a table ----------------------------------------------------------------------
 
-# The table's columns are the record's fields, typed from their annotations: the identity fields
-# (`int`, no default) as integers, every other number as float (None becomes NaN), the rest text.
-_FIELDS = [f for f in dataclasses.fields(RequestRecord) if f.name not in IN_MEMORY_FIELDS]
+# The table's columns are the journal's fields, typed from their annotations: the identity fields
+# (`int`, no default) as integers, every other number as float (None becomes NaN), flags as
+# booleans, the rest text.
+_FIELDS = sorted((f for f in dataclasses.fields(RequestRecord) if f.name in JOURNAL_FIELDS),
+                 key=lambda f: JOURNAL_FIELDS.index(f.name))
 RECORD_COLUMNS = [f.name for f in _FIELDS]
 INT_COLUMNS = tuple(f.name for f in _FIELDS if f.type == "int" and f.default is dataclasses.MISSING)
 FLOAT_COLUMNS = tuple(f.name for f in _FIELDS if f.name not in INT_COLUMNS
                       and f.type in ("int", "float", "int | None", "float | None"))
+_FLAGS = frozenset((bool, type(None)))
 _ABSENT = dict.fromkeys(RECORD_COLUMNS)
 # What a record measured and when: a JSON object without one of these is not a request record
 # (other fields may be missing in older records or another tool's, and are then missing values).
@@ -111,13 +115,12 @@ def frame_from_columns(columns: Mapping[str, Any] | pd.DataFrame) -> pd.DataFram
     """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals),
     or from a DataFrame of them, which it then extends in place."""
     df = columns if isinstance(columns, pd.DataFrame) else pd.DataFrame(dict(columns))
+    fill_label_fields(df)  # records from before a label field: what they said of it then
     if TEXT_DTYPE != object:  # pandas 3 infers its string dtype, except for text columns with no text at all
         untyped = [col for col in df.columns if df[col].dtype == object]
         df[untyped] = df[untyped].astype(TEXT_DTYPE)
     if not df["measured"].all():
         df = df[df["measured"]].reset_index(drop=True)
-    if df["target"].isna().any():  # journals from before A/B runs: their one server
-        df["target"] = df["target"].fillna("")
     ok = df["ok"] = df["error"].isna()
     comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
     df["decode_tps"] = decode_tps(comp, ttft, total).where(ok & (total > ttft))
@@ -172,6 +175,10 @@ def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
             raise ValueError("thinking") from None
     if name == "measured":  # records from before the field existed were all measurements
         return np.array([value is not False for value in values], dtype=bool)
+    if name == "closed_loop":  # None: a record from before the field (`fill_label_fields`)
+        if not _FLAGS.issuperset(map(type, values)):
+            raise TypeError(name)
+        return np.array(values, dtype=object)
     if not _TEXT_TYPES.issuperset(map(type, values)):  # a number or a list where text belongs
         raise TypeError(f"{name}: expected text")
     return np.array(values, dtype=object)  # pandas infers its string dtype
@@ -199,6 +206,8 @@ def _first_bad_record(batch: list[Any], offset: int) -> RecordError:
 def _expected(name: str) -> str:
     if name == "thinking":
         return f"expected true, false, null or one of {', '.join(THINKING_MODES)}"
+    if name == "closed_loop":
+        return "expected true, false or null"
     return "expected a number" if name in FLOAT_COLUMNS or name in INT_COLUMNS else "expected text"
 
 
@@ -219,7 +228,7 @@ def _gc_paused() -> Iterator[None]:
 BLOCK_BYTES = 4 << 20  # journal bytes parsed at a time
 NEWLINE, COMMA, OPEN, CLOSE = b"\n,[]"
 PARALLEL_BYTES = 32 << 20  # a journal this large is read in two halves at once
-GROUPING_COLUMNS = ("cell", "case", "scenario")
+GROUPING_COLUMNS = ("cell", "case", "scenario", "kind")
 _ARROW_READ = pa_json.ReadOptions(block_size=16 << 20)
 try:  # jemalloc, where the wheel has it: mimalloc spent ~1 s of system time on a million records
     _ARROW_POOL = pa.jemalloc_memory_pool()
@@ -228,7 +237,7 @@ except NotImplementedError:
 _TEXT_MAPPER = {pa.string(): TEXT_DTYPE} if TEXT_DTYPE != object else {}
 _ARROW_PARSE = pa_json.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     (name, pa.int64() if name in INT_COLUMNS else pa.float64() if name in FLOAT_COLUMNS
-     else pa.bool_() if name in ("thinking", "measured") else pa.string())
+     else pa.bool_() if name in ("thinking", "measured", "closed_loop") else pa.string())
     for name in RECORD_COLUMNS]))
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
-from loadlib.figures.columns import distinct
+from loadlib.figures.columns import distinct, isin
 from loadlib.figures.sweep import compared
 from loadlib.figures.validity import validity_summary
 from loadlib.report import protocol as summary
@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from loadlib.run_view import RunView
 
 
-def _long_context(run: RunView) -> bool:
-    """Whether the run has long-context scenarios, whose prefill per size the summary shows."""
-    return any(str(name).startswith(LONG_CONTEXT_KIND) for name in distinct(run.records["scenario"]))
+def long_context_run(run: RunView) -> bool:
+    """Whether the run has long-context scenarios (its records' `kind`), whose prefill per size the
+    summary shows."""
+    return bool(isin(run.records["kind"], (LONG_CONTEXT_KIND,)).any())
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: sections.steady_percentiles(free_running.steady_percentiles(run.records, run.steady_cells))),
     Entry(lambda run: summary.failures_section(run.tables.failures)),
     Entry(lambda run: sections.exclusions_section(protocol_tables.exclusions_table(run.records))),
-    Entry(_prefill, when=_long_context),
+    Entry(_prefill, when=long_context_run),
     Entry(lambda run: sections.cache_section(scenario_tables.cache_state_table(run.records))),
     Entry(lambda run: sections.turn_section(scenario_tables.turn_table(run.records))),
     Entry(lambda run: sections.client_watch_section(run.manifest)),
@@ -77,7 +78,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: summary.single_details(run.tables), report_only=True),
     Entry(lambda run: summary.concurrency_details(run.tables), report_only=True),
     Entry(lambda run: sections.by_length(free_running.by_length_table(run.records)), report_only=True),
-    Entry(_prefill, report_only=True, when=lambda run: not _long_context(run)),
+    Entry(_prefill, report_only=True, when=lambda run: not long_context_run(run)),
 ]
 
 
