@@ -284,16 +284,18 @@ class Sessions(LoadMode):
         return SessionLanes(config, share)
 
     def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
-        """The turns that ask for more than the model's context, which are not sent."""
-        if context_tokens is None:
-            return {}
-        turns = [t for c in plan_of(profile).conversations for t in c.turns()]
-        over = sum(1 for t in turns if t.request.in_tokens + t.request.out_tokens > context_tokens)
-        if not over:
-            return {}
-        return {"sessions_overflow": f"{over} of the trace's {len(turns)} requests ask for more than the model's "
-                                     f"context ({context_tokens} tokens, from /v1/models): recorded as failed, "
-                                     f"not sent"}
+        """The trace's hash block (a turn that misses the ideal by more than one is counted), and
+        the turns that ask for more than the model's context, which are not sent."""
+        conversations = plan_of(profile).conversations
+        found: dict[str, Any] = {"agent_trace_block_size": max(c.block_size for c in conversations)}
+        turns = [t for c in conversations for t in c.turns()]
+        over = sum(1 for t in turns if context_tokens is not None
+                   and t.request.in_tokens + t.request.out_tokens > context_tokens)
+        if over:
+            found["sessions_overflow"] = (f"{over} of the trace's {len(turns)} requests ask for more than the model's "
+                                          f"context ({context_tokens} tokens, from /v1/models): recorded as failed, "
+                                          f"not sent")
+        return found
 
 
 SESSIONS = Sessions()
