@@ -1,6 +1,6 @@
 """The records as a table: a pandas DataFrame with a column per record field and the
 per-request figures, built from record dicts (`records_frame`, the live run's coordinator) or
-read from a run's journal (`read_records_frame`: pyarrow's JSON reader, or the exact
+read from a run's journal (`read_journal`: pyarrow's JSON reader, or the exact
 record-by-record reader that names a bad record's file and line).
 
 A run that ends also leaves the journal's columnar copy, `records.parquet`: the same records as a
@@ -251,7 +251,17 @@ class SkippedLinesWarning(UserWarning):
 
 
 def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False) -> pd.DataFrame:
-    """The `records_frame` of a run directory's journal (or of a records.jsonl itself).
+    """The `records_frame` of a run directory's journal (or of a records.jsonl itself): its
+    measured records (`read_journal`'s first frame)."""
+    return read_journal(path, keep_copy=keep_copy)[0]
+
+
+def read_journal(path: str | os.PathLike[str], *,
+                 keep_copy: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """A run directory's journal (or a records.jsonl itself) in one pass: the `records_frame` of
+    its measured records and, beside it, its unmeasured ones (warm-up, priming, calibration: the
+    server counted them too) as a records frame of their own, marked measured so that it keeps
+    them; None without any.
 
     Reading a million JSON lines is the slowest step of every command: the journal's columnar copy
     is read instead where it matches the journal (`_fresh_copy`); else pyarrow's JSON reader reads
@@ -265,22 +275,42 @@ def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False)
     path = Path(path)
     alone = _copy_alone(path)
     if alone is not None:
-        return _table_frame(_read_copy_alone(alone))
+        return _table_frames(_read_copy_alone(alone))
     path = _journal(path)
     stop = _records_end(path)
     if stop == 0:
-        return exact_frame(path)
+        return _exact_frames(path)
     stamp = _journal_stamp(path, stop)
     table = _fresh_copy(path, stamp)
     if table is None:
         table = _arrow_table(path, stop)
         if table is None:
-            return exact_frame(path)
+            return _exact_frames(path)
         if keep_copy:
             _write_copy(path, stamp, table)
-    frame = _table_frame(table)
+    frames = _table_frames(table)
     _warn_if_torn(path, stop)
-    return frame
+    return frames
+
+
+def split_records(records: Iterable[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Record dicts as `read_journal` gives a journal: the `records_frame` of the measured ones,
+    and the unmeasured ones as a frame of their own (None without any)."""
+    records = list(records)
+    unmeasured = [{**record, "measured": True} for record in records
+                  if isinstance(record, dict) and record.get("measured") is False]
+    return records_frame(records), records_frame(unmeasured) if unmeasured else None
+
+
+def _table_frames(table: Any) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The measured and the unmeasured records' frames (`read_journal`) of the records' Arrow table."""
+    measured = table.column("measured")
+    if pc.all(measured).as_py():
+        return _table_frame(table), None
+    unmeasured = table.filter(pc.invert(measured))
+    unmeasured = unmeasured.set_column(table.schema.get_field_index("measured"), "measured",
+                                       pa.array([True] * unmeasured.num_rows))
+    return _table_frame(table.filter(measured)), _table_frame(unmeasured)
 
 
 def _table_frame(table: Any) -> pd.DataFrame:
@@ -291,41 +321,15 @@ def _table_frame(table: Any) -> pd.DataFrame:
                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
 
 
-def read_unmeasured_frame(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
-    """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
-    measured so that it keeps them; None without any. A journal holds few: its copy's row groups
-    without one are skipped, or else the journal's lines without one are left out before they are parsed."""
-    unmeasured = [("measured", "==", False)]
-    path = Path(run_dir) / RECORDS_FILE
-    alone = _copy_alone(Path(run_dir))
-    if alone is not None:
-        table = _read_copy_alone(alone, unmeasured)
-    elif not path.is_file():
-        return None
-    else:
-        stop = _records_end(path)
-        table = _fresh_copy(path, _journal_stamp(path, stop), unmeasured) if stop else None
-    if table is not None:
-        if not table.num_rows:
-            return None
-        table = table.set_column(table.schema.get_field_index("measured"), "measured",
-                                 pa.array([True] * table.num_rows))
-        return _table_frame(table)
-    picked = []
-    with open(path, "rb") as journal:
-        for line in journal:
-            if b'"measured":false' in line or b'"measured": false' in line:
-                try:
-                    picked.append({**orjson.loads(line), "measured": True})
-                except orjson.JSONDecodeError:  # a torn last line: the reader of the records warns
-                    continue
-    return records_frame(picked) if picked else None
-
-
 def exact_frame(path: Path) -> pd.DataFrame:
     """The records frame of a journal parsed record by record with orjson (a large journal in two
     halves at once, the second by a forked process, `_Half`): a line that is not JSON, or a record
     of the wrong shape or types, raises `JournalError` naming the file and line."""
+    return _exact_frames(path)[0]
+
+
+def _exact_frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """`exact_frame`'s records, the measured and the unmeasured ones apart (`read_journal`)."""
     stop = _records_end(path)
     middle = _line_start_near(path, stop // 2) if stop >= PARALLEL_BYTES else stop
     second = _Half.start(path, middle, stop) if middle < stop else None
@@ -339,10 +343,16 @@ def exact_frame(path: Path) -> pd.DataFrame:
     finally:
         if second is not None:
             second.close()
-    frame = frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
-                                for col, values in columns.items()})
+    measured = columns["measured"]
+    unmeasured = None
+    if not measured.all():
+        unmeasured = {col: values[~measured] for col, values in columns.items()}
+        unmeasured["measured"] = np.ones(len(unmeasured["measured"]), dtype=bool)
+    frames = tuple(frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
+                                       for col, values in part.items()}) if part is not None else None
+                   for part in (columns, unmeasured))
     _warn_if_torn(path, stop)
-    return frame
+    return frames
 
 
 def _arrow_table(path: Path, stop: int) -> Any | None:

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import orjson
 
 RECORDS_FILE = "records.jsonl"
+MANIFEST_FILE = "manifest.json"  # beside the journal: what was measured, against what (`loadlib.run.manifest`)
 TARGETS_DIR = "targets"  # an A/B run's per-server files (scrapes, server info), one folder per label
 
 

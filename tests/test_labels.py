@@ -13,7 +13,8 @@ from loadlib.figures import free_running
 from loadlib.record_table import read_records_frame, records_frame
 from loadlib.records import (EXCHANGE_FIELDS, JOURNAL_FIELDS, LABEL_FIELDS, Exchange, RequestLabel, RequestRecord,
                              read_records)
-from loadlib.report.contents import RunData
+from loadlib.report.contents import long_context_run
+from loadlib.run_view import RunView
 from loadlib.scenarios import Cell, Job, Scenario
 from loadlib.scenarios.base import LONG_CONTEXT_KIND, TRACE_KIND, stats_name
 from tests.analysis.builders import build_record
@@ -136,7 +137,7 @@ def test_a_trace_is_told_by_its_records_kind_and_an_older_one_by_its_case():
 def test_a_long_context_run_is_told_by_its_records_kind(scenario, kind, long_context):
     fields = {} if kind is None else {"kind": kind}
     df = records_frame([build_record(f"prefill-{i}", scenario=scenario, case="single", **fields) for i in range(2)])
-    assert RunData(df, {}).long_context is long_context
+    assert long_context_run(RunView(df, {})) is long_context
 
 
 # --- older journals --------------------------------------------------------------------------------

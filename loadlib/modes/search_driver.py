@@ -25,7 +25,8 @@ from loadlib.scenarios.base import WARMUP
 from loadlib.scenarios.spec import Strict
 
 if TYPE_CHECKING:
-    from loadlib.profiles import Profile, Slo
+    from loadlib.figures.goodput import Slo
+    from loadlib.profiles import Profile
     from loadlib.run.config import RunConfig
 
 log = logging.getLogger("uni-bench")

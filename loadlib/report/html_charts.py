@@ -7,7 +7,7 @@ computed from the thinned points."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -15,9 +15,11 @@ import pandas as pd
 from loadlib.figures import free_running
 from loadlib.figures.capacity import level_table
 from loadlib.figures.protocol_tables import cell_order
-from loadlib.report.contents import RunData
 from loadlib.report.document import rows
 from loadlib.report.html_server import server_series
+
+if TYPE_CHECKING:
+    from loadlib.run_view import RunView
 
 MAX_POINTS = 4000  # per-request points (and table rows) a run; more adds bytes, not information
 SLOWEST = 200  # the highest TTFTs, always among them
@@ -27,16 +29,16 @@ REQUEST_COLUMNS = ["request_id", "cell", "scenario", "round", "slot", "worker", 
                    "http_status", "error"]
 
 
-def run_charts(run: RunData) -> dict[str, Any]:
+def run_charts(run: RunView) -> dict[str, Any]:
     """Everything one run's charts need, on one clock: seconds since its first send."""
-    df = run.df
+    df = run.records
     origin = float(df["sent_at"].min())
     return {
         "origin": origin,
         "timeline": columns(free_running.timeline(df).round(4)),
         "cells": cell_spans(df, origin),
         "requests": requests(df, origin),
-        "server": server_series(run.run_dir, origin),
+        "server": server_series(run.scrapes, origin),
         "distributions": distributions(df),
         "aggregate": aggregate(run),
         "search": search_levels(run),
@@ -92,7 +94,7 @@ def distributions(df: pd.DataFrame) -> list[dict[str, Any]]:
     return found
 
 
-def aggregate(run: RunData) -> dict[str, Any]:
+def aggregate(run: RunView) -> dict[str, Any]:
     """Aggregate t/s against concurrency: the protocol's cells (`ProtocolTables.concurrent`, with
     the single-stream code decode at N = 1) and the free-running cells' steady state."""
     tables = run.tables
@@ -104,12 +106,12 @@ def aggregate(run: RunData) -> dict[str, Any]:
             "steady": rows(steady)}
 
 
-def search_levels(run: RunData) -> dict[str, Any] | None:
+def search_levels(run: RunView) -> dict[str, Any] | None:
     """A capacity search's levels (`level_table`) with the verdict the search gave each."""
     search = run.manifest.get("search")
     if not search or not search.get("levels"):
         return None
-    levels = rows(level_table(run.df, search, run.steady_cells))
+    levels = rows(level_table(run.records, search, run.steady_cells))
     for row, level in zip(levels, search["levels"]):
         row["verdict"] = level.get("verdict")
     return {"variable": search.get("variable"), "levels": levels, "result": {

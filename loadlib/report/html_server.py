@@ -6,10 +6,8 @@ length is the change between two scrapes); the per-cell figures stay `server_fig
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from loadlib.truth.scrape import read_scrapes
 from loadlib.truth.server_figures import flavour_of
 from loadlib.wire.flavours import FLAVOURS
 
@@ -23,13 +21,12 @@ NAMES = frozenset(name for f in FLAVOURS.values() for name in (
     KV_USE.get(f.name)) if name)  # the only samples parsed
 
 
-def server_series(run_dir: Path | None, origin: float) -> list[dict[str, Any]]:
-    """Per source with a known flavour: `t_s` and the `SERIES` (None where a scrape lacks one)."""
-    if run_dir is None:
-        return []
+def server_series(scrapes: list[dict[str, Any]], origin: float) -> list[dict[str, Any]]:
+    """Per source with a known flavour in the run's parsed scrapes (`NAMES` among the names parsed):
+    `t_s` and the `SERIES` (None where a scrape lacks one)."""
     by_source: dict[str, list[dict[str, Any]]] = {}
-    for entry in read_scrapes(run_dir, NAMES):
-        if not entry.get("error") and entry.get("samples"):
+    for entry in scrapes:
+        if not entry.get("error") and any(sample[0] in NAMES for sample in entry.get("samples") or ()):
             by_source.setdefault(str(entry.get("source")), []).append(entry)
     found = []
     for source, entries in by_source.items():

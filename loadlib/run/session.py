@@ -249,7 +249,7 @@ class RunSession:
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
         if self._intake is not None:
             self._intake.close()
-        self.summary_text = write_summary(self.run_dir, self.manifest, self._opts.csv_prefix)
+        self.summary_text = write_summary(self.run_dir, self._opts.csv_prefix)
 
     def stop(self, reason: str) -> None:
         """Ends the test early, with `reason` in the summary and the manifest: the mode's plan

@@ -24,7 +24,10 @@ class StreamsWanted:
         self.note = note
         self.edited: int | None = None
         self.edits: list[dict[str, Any]] = []
-        self.rate_given = opts.spawn_rate is not None  # -r given (else: all at once)
+        # Locust sets a headless run's spawn rate to 1 after this, where -r was not given: only a rate
+        # given by now, by the web UI's start form (which writes its Ramp up into the options) or by
+        # an Edit is one the user asked for
+        self.rate_given = opts.spawn_rate is not None or not getattr(opts, "headless", True)
 
     def reset(self) -> None:
         """A new test: no edit yet."""
@@ -41,8 +44,10 @@ class StreamsWanted:
         log.info("Edit: the closed loop now runs %d streams", users)
 
     def rate(self, users: int) -> float:
-        """The spawn rate: -r (or the Edit's) if given, else all `users` at once."""
-        return self.opts.spawn_rate if self.rate_given else float(max(users, 1))  # Locust wants a rate > 0
+        """Users started per second as the options stand: `-r`, the web UI start form's Ramp up or
+        its Edit (Locust and `edit` keep each in the options); without any, all `users` at once."""
+        given = self.opts.spawn_rate if self.rate_given else None
+        return given or float(max(users, 1))  # Locust wants a rate > 0
 
 
 class ShapedRun(Protocol):
@@ -58,7 +63,8 @@ class ShapedRun(Protocol):
 
 class ProtocolShape(LoadTestShape):
     """Spawns the users the load mode wants (all `-u`; the ladder's current level) at `-r` users
-    per second (all at once without `-r`), ends the test at `-t`, and when the mode is done."""
+    per second, or the web UI form's Ramp up (all at once without either), ends the test at `-t`,
+    and when the mode is done."""
 
     use_common_options = True
 

@@ -10,12 +10,12 @@ import numpy as np
 import orjson
 import pytest
 
-from analysis.plot import by_length as by_length_plot
 from analysis.report import run_report
 from loadlib.figures import free_running
+from loadlib.outputs.png import by_length as by_length_plot
+from loadlib.outputs.text import render_document
 from loadlib.record_table import records_frame
 from loadlib.records import read_records
-from loadlib.report import console
 from loadlib.report.summary import summary_document
 from tests.analysis.builders import build_record, build_run
 from tests.profile_runs import run_profile
@@ -88,9 +88,9 @@ def test_a_protocol_only_run_has_no_buckets():
 
 def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
     run = build_run(_by_length_records())
-    report = run_report(run)
-    assert "by_length" not in [s.key for s in summary_document(run.records, {}).sections]
-    text = console.render(report)
+    report = run_report([run])
+    assert "by_length" not in [s.key for s in summary_document(run).sections]
+    text = render_document(report)
     assert "By length, free-running cells: TTFT by prompt tokens and decode by completion tokens" in text
     assert "  closed   TTFT s       prompt 96–127       0.200   0.280   0.298   2\n" in text
     assert "  open     decode t/s   completion 96–127    50.0    50.0    50.0   1\n" in text

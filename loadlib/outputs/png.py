@@ -1,4 +1,4 @@
-"""`plot`: PNG charts of one or several runs, readable without explanation.
+"""PNG charts of one or several runs, readable without explanation (`python -m analysis plot`).
 
 Uses matplotlib's object API (no pyplot, no global backend state), so it runs headless.
 """
@@ -7,31 +7,36 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.rundir import Run
 from loadlib.figures import free_running, protocol_tables
-from loadlib.figures import sweep as sweep_figures
 from loadlib.figures.protocol_tables import ProtocolTables, cell_order
 from loadlib.modes import search as search_module
-from loadlib.report.contents import RunData
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
-from loadlib.report.run_figures import RunFigures
 from loadlib.report.sweep import sweep_plot
+
+if TYPE_CHECKING:
+    from loadlib.outputs import Reading
+    from loadlib.run_view import RunView
 
 SAMPLE = 20_000  # points drawn per run in distributions and scatters; more adds ink, not information
 CASE_STYLE = {"same": "-", "different": "--"}
 
 
-def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
+def render(reading: Reading) -> str:
+    """Writes the charts of the reading's views into the folder `reading.out`; their paths, one a line."""
+    return "\n".join(str(path) for path in plot(reading.views, reading.out))
+
+
+def plot(runs: list[RunView], out_dir: str | Path) -> list[Path]:
     """Writes every chart that the runs have data for; returns the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tables = {run.label: ProtocolTables.from_frame(run.records) for run in runs}
+    tables = {run.label: run.tables for run in runs}
     charts = {
         "decode_per_scenario.png": decode_per_scenario(tables),
         "aggregate_vs_concurrency.png": aggregate_vs_concurrency(tables),
@@ -113,7 +118,7 @@ def aggregate_vs_concurrency(tables: dict[str, ProtocolTables]) -> Figure | None
     return fig
 
 
-def ttft_distribution(runs: list[Run]) -> Figure | None:
+def ttft_distribution(runs: list[RunView]) -> Figure | None:
     """Cumulative share of requests by TTFT: per cell for one run, per run for several."""
     groups = _ttft_groups(runs)
     if not groups:
@@ -138,7 +143,7 @@ def ttft_distribution(runs: list[Run]) -> Figure | None:
     return fig
 
 
-def _ttft_groups(runs: list[Run]) -> dict[str, np.ndarray]:
+def _ttft_groups(runs: list[RunView]) -> dict[str, np.ndarray]:
     groups = {}
     for run in runs:
         ok = run.records[run.records["ok"] & run.records["ttft_s"].notna()]
@@ -151,7 +156,7 @@ def _ttft_groups(runs: list[Run]) -> dict[str, np.ndarray]:
     return groups
 
 
-def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
+def prefill_vs_prompt_size(runs: list[RunView]) -> Figure | None:
     """Prefill t/s against prompt tokens; cache hits drawn at their uncached rate and size."""
     fig, ax = _figure()
     drawn = False
@@ -180,7 +185,7 @@ def prefill_vs_prompt_size(runs: list[Run]) -> Figure | None:
     return fig
 
 
-def timeline(run: Run) -> Figure | None:
+def timeline(run: RunView) -> Figure | None:
     """Streams in flight and decode tokens/s over the run, each cell's span shaded and named."""
     df = run.records
     series = free_running.timeline(df)
@@ -212,7 +217,7 @@ def timeline(run: Run) -> Figure | None:
 MAX_BOXED_CELLS = 6  # more cells than this share one box per bucket
 
 
-def by_length(run: Run) -> Figure | None:
+def by_length(run: RunView) -> Figure | None:
     """TTFT against prompt tokens (left) and decode t/s against completion tokens (right) in the
     free-running cells: every request a dot (a sample of `SAMPLE`), and a box per length bucket
     (`free_running.length_edges`: the report's buckets) and cell, side by side within the bucket."""
@@ -279,7 +284,7 @@ def by_length(run: Run) -> Figure | None:
 VERDICT_COLORS = {"held": "tab:green", "broke": "tab:red", "close": "tab:orange", "failed": "black"}
 
 
-def search(run: Run) -> Figure | None:
+def search(run: RunView) -> Figure | None:
     """A capacity search: each SLO figure the search judged against the level (whisker = its
     bootstrap range, colour = the level's verdict), the SLO's line, and the capacity found."""
     result = run.manifest.get("search") or {}
@@ -321,13 +326,10 @@ def search(run: Run) -> Figure | None:
     return fig
 
 
-def sweep(run: Run) -> Figure | None:
+def sweep(run: RunView) -> Figure | None:
     """A server sweep's chart (`loadlib.report.sweep.sweep_plot`) of its table of configurations,
     the figures the summary's sweep table gives; None for a run that is not a sweep."""
-    if not run.manifest.get("sweep"):
-        return None
-    configs = RunFigures(RunData(run.records, run.manifest, run.path)).configs
-    return sweep_plot(sweep_figures.sweep_table(configs))
+    return sweep_plot(run.sweep_table) if run.sweep_table is not None else None
 
 
 def _shade_cells(df: pd.DataFrame, top, bottom) -> None:
