@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import gevent
 from gevent.event import AsyncResult, Event
-from gevent.queue import Queue
+from gevent.queue import Empty, Queue
 from pydantic import PositiveFloat, PositiveInt
 
 from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, target_labels
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from loadlib.run.config import RunConfig
     from loadlib.run.users import LLMUser
 
+IDLE_STEP_S = 0.5  # how long a free user waits for a due turn before its task step returns
 DONE_WAIT_S = 60.0  # past the request timeout, how long the driver waits for a cell's last records
 
 
@@ -184,7 +185,7 @@ class SessionLanes(ModeState):
         return user.prepared(SessionLanes, lambda: agent_trace(self.profile, self.salt))  # type: ignore[return-value]
 
     def on_start(self, user: "LLMUser") -> None:
-        self._scenario(user)
+        self._scenario(user)  # the prompts measured before the first session
         self.ready.set()
 
     def on_message(self, data: dict[str, Any]) -> None:
@@ -194,9 +195,15 @@ class SessionLanes(ModeState):
             gevent.spawn(self._lane, cell, lane, data["start"], data["until"])
 
     def step(self, user: "LLMUser") -> None:
-        due: DueTurn = self.queue.get()
+        """Sends the next due turn; between them returns every `IDLE_STEP_S`, so that a user
+        takes up a new test's state (a sweep's next configuration makes one)."""
         scenario = self._scenario(user)
-        sent = scenario.turn(due.conversation, due.turn, due.copy)
+        self.ready.set()
+        try:
+            due: DueTurn = self.queue.get(timeout=IDLE_STEP_S)
+        except Empty:
+            return
+        sent = scenario.turn(due.conversation, due.turn, due.copy, due.cell.target)
         label = due.cell.label(sent.job, due.lane, scheduled_at=due.due_at, conversation=due.conversation.id,
                                copy=due.copy, agent=due.turn.agent, ideal_cached_tokens=sent.ideal_cached_tokens)
         body = user.body_of(sent.job)

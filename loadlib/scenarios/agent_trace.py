@@ -85,7 +85,7 @@ class AgentTrace(Scenario):
         self.spec = spec
         self.conversations = spec.conversations
         self.prompts = AgentPrompts(salt, spec.bust_cache, self.params)
-        self._sent: dict[str, set[int]] = {}  # namespace -> hash ids sent so far
+        self._sent: dict[tuple[str, str], set[int]] = {}  # (target, namespace) -> hash ids sent so far
 
     def next(self, stream: int) -> Job:
         raise TypeError("agent sessions are played by the sessions mode (turn)")
@@ -94,12 +94,13 @@ class AgentTrace(Scenario):
         """The prompt builder's probes (unmeasured), before any session."""
         self.prompts.prepare(send)
 
-    def turn(self, conversation: Conversation, turn: Turn, copy: int) -> AgentTurn:
+    def turn(self, conversation: Conversation, turn: Turn, copy: int, target: str = "") -> AgentTurn:
         """The request of `turn` in `copy` of `conversation`, and its ideal hit: the hash ids
-        sent before it in its namespace are counted now, so call it when the request goes out."""
+        sent before it in its namespace to the same server (`target`, an A/B run's label) are
+        counted now, so call it when the request goes out."""
         prompt = self.prompts.prompt(conversation, turn, copy)
         ids = turn.request.hash_ids
-        sent = self._sent.setdefault(self.prompts.namespace(conversation, copy), set())
+        sent = self._sent.setdefault((target, self.prompts.namespace(conversation, copy)), set())
         k = 0
         while k < len(ids) and ids[k] in sent:
             k += 1

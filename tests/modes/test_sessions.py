@@ -35,6 +35,14 @@ path = "{path}"
 think_time_scale = {scale}
 idle_cap_s = {cap}
 """
+AB = f"""
+[[targets]]
+label = "A"
+sim_args = "{UNBOUNDED}"
+[[targets]]
+label = "B"
+sim_args = "{SMALL}"
+"""
 
 
 def profile(path: str, sessions: int = 3, scale: float = 0.0, cap: float = 60.0, more: str = "") -> str:
@@ -61,7 +69,8 @@ def ten_minutes(tmp_path) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every run of the module, together: a local-scope trace on an unbounded cache (one process
-    and two), on a small one with and without its host tier, and the 10-minute session."""
+    and two), on a small one with and without its host tier, both in one A/B run, and the 10-minute
+    session."""
     work = tmp_path_factory.mktemp("sessions")
     write_jsonl(generate(3, seed=5, scope="local", shape=SHAPE), work / "local.jsonl")
     trace = str(work / "local.jsonl")
@@ -73,6 +82,7 @@ def runs(tmp_path_factory):
         "small": (work / "small", profile(trace), 1, "--sim-args", SMALL),
         "hicache": (work / "hicache", profile(trace), 1, "--sim-args", hicache),
         "ten minutes": (work / "ten", profile(ten, sessions=1, scale=0.005, cap=600.0), 1, "--sim-args", UNBOUNDED),
+        "a/b": (work / "ab", profile(trace) + AB, 1),
     }, timeout=180)
 
 
@@ -133,6 +143,16 @@ def test_think_time_scale_plays_a_ten_minute_session_in_seconds_its_sub_agents_t
     assert a["sent_at"] < b["sent_at"] + b["total_s"] and b["sent_at"] < a["sent_at"] + a["total_s"]  # overlap
     after = main[main["sent_at"] > a["sent_at"]].iloc[0]  # the parent waits for its sub-agents
     assert after["sent_at"] >= turns.loc[turns["agent"].isin(["a", "b"]), "sent_at"].max()
+
+
+@pytest.mark.processes
+def test_an_ab_run_plays_the_sessions_against_each_server_with_its_own_ideal(runs):
+    result, records = runs["a/b"]
+    table = figures.cell_table(frame(records)).set_index("target")
+    assert list(table.index) == ["A", "B"] and (table["turns"] == len(measured(records)) / 2).all()
+    assert table.loc["A", "ideal_prefix_hit"] == pytest.approx(table.loc["B", "ideal_prefix_hit"])
+    assert table.loc["B", "achieved_prefix_hit"] < table.loc["A", "achieved_prefix_hit"] - 0.1
+    assert "Verdicts against A" in result.stdout
 
 
 # --- the fast half -------------------------------------------------------------------------------
