@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.bootstrap import resampled
+from loadlib.figures.formulas import from_intended_send, meets_slo
+from loadlib.figures.goodput import DEFAULT_SLO, Slo
 from loadlib.figures.uncertainty import LEVEL
 from loadlib.scenarios.agent_trace import CONTEXT_OVERFLOW
 
@@ -39,7 +41,7 @@ SESSION_KEYS = ["target", "cell", "conversation", "copy"]
 CELL_COLUMNS = ["target", "cell", "sessions", "turns", "turns_failed", "ideal_prefix_hit", "achieved_prefix_hit",
                 "achieved_prefix_hit_ci_low", "achieved_prefix_hit_ci_high", "turns_missing_ideal",
                 "context_overflow_rate", "overflow_flag", "lanes_offered", "lanes_live", "ttft_p50_s", "ttft_p90_s",
-                "decode_p50_tps"]
+                "decode_p50_tps", "turns_within_slo"]
 SESSION_COLUMNS = [*SESSION_KEYS, "lane", "turns", "turns_failed", "agents", "prompt_tokens", "completion_tokens",
                    "ideal_prefix_hit", "achieved_prefix_hit", "duration_s"]
 CONTEXT_COLUMNS = ["target", "cell", "context", "turns", "ttft_p50_s", "ttft_p90_s", "decode_p50_tps",
@@ -92,8 +94,10 @@ def hit_interval(cached: np.ndarray, prompt: np.ndarray, level: float = LEVEL) -
     return float(low), float(high)
 
 
-def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> pd.DataFrame:
-    """One row per sessions cell (and target): the issue's keys (`report --json`'s "sessions")."""
+def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS, slo: Slo = DEFAULT_SLO) -> pd.DataFrame:
+    """One row per sessions cell (and target): the issue's keys (`report --json`'s "sessions"), and
+    the share of turns within the SLO's goodput targets (TTFT from when the turn was due: a turn
+    that waited for a free user waited in the agent's eyes)."""
     turns = session_records(df)
     if turns.empty:
         return pd.DataFrame(columns=CELL_COLUMNS)
@@ -123,6 +127,8 @@ def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> pd
             "lanes_live": float((spans["end"] - spans["start"]).sum() / span) if span > 0 else np.nan,
             "ttft_p50_s": ok["ttft_s"].quantile(0.5), "ttft_p90_s": ok["ttft_s"].quantile(0.9),
             "decode_p50_tps": ok["decode_tps"].quantile(0.5),
+            "turns_within_slo": float(meets_slo(group["ok"], from_intended_send(group["ttft_s"], group["queue_s"]),
+                                                group["decode_tps"], slo.ttft_s, slo.decode_tps).mean()),
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 

@@ -58,7 +58,7 @@ def _prefill(run: RunView) -> Section:
 def session_cells(run: RunView) -> pd.DataFrame:
     """The agent sessions' cells (`figures.sessions.cell_table`), hash blocks as the run noted them."""
     block = run.manifest.get("agent_trace_block_size") or sessions.DEFAULT_BLOCK_TOKENS
-    return run.once("session_cells", lambda: sessions.cell_table(run.records, block))
+    return run.once("session_cells", lambda: sessions.cell_table(run.records, block, run.slo))
 
 
 CONTENTS: list[Entry] = [
@@ -72,7 +72,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: summary.failures_section(run.tables.failures)),
     Entry(lambda run: sections.exclusions_section(protocol_tables.exclusions_table(run.records))),
     Entry(_prefill, when=long_context_run),
-    Entry(lambda run: sections.sessions_section(session_cells(run))),
+    Entry(lambda run: sections.sessions_section(session_cells(run), run.slo)),
     Entry(lambda run: sections.session_context_section(sessions.context_table(run.records))),
     Entry(lambda run: sections.cache_section(scenario_tables.cache_state_table(run.records))),
     Entry(lambda run: sections.turn_section(scenario_tables.turn_table(run.records))),

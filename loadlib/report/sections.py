@@ -316,7 +316,7 @@ def _left(table: pd.DataFrame, *names: str) -> tuple[str, ...]:
     return (*_targeted(table), *names)
 
 
-def sessions_section(table: pd.DataFrame) -> Section:
+def sessions_section(table: pd.DataFrame, slo: Slo) -> Section:
     """Agent sessions per cell: the prefix cache's ideal beside what the server achieved, with the
     interval over sessions, and the cell's validity (`figures.sessions.cell_table`)."""
     flagged = table.loc[table["overflow_flag"].astype(bool), "cell"].astype(str).tolist()
@@ -324,7 +324,8 @@ def sessions_section(table: pd.DataFrame) -> Section:
         "sessions", "Agent sessions per cell (prefix hit = cached / prompt tokens of the answered turns, token-weighted; "
         "ideal = the trace's hash blocks sent before in their scope, an infinite cache; achieved = the server's "
         "usage cached_tokens, 95 % CI resampling sessions; missed ideal = turns cached more than a block below "
-        "it; lanes live = mean sessions in progress)"
+        f"it; lanes live = mean sessions in progress; in SLO = turns with TTFT from when due <= {slo.ttft_s:g} s and "
+        f"decode >= {slo.decode_tps:g} t/s)"
         + (f"; FLAGGED {', '.join(flagged)}: more than 1 % of turns beyond the model's context" if flagged else ""),
         table, pd.DataFrame({
             **_targeted(table), "cell": table["cell"].astype(str),
@@ -340,6 +341,7 @@ def sessions_section(table: pd.DataFrame) -> Section:
             "lanes offered": text.column(table["lanes_offered"], 0), "lanes live": text.column(table["lanes_live"], 1),
             "TTFT p50 s": text.column(table["ttft_p50_s"], 3), "TTFT p90 s": text.column(table["ttft_p90_s"], 3),
             "decode p50 t/s": text.column(table["decode_p50_tps"], 1),
+            "in SLO": [text.percent(v, 1) for v in table["turns_within_slo"]],
         }), keys=("target", "cell"), left=_left(table, "cell"), optional=True)
 
 

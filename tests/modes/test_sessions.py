@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from loadlib.figures import sessions as figures
+from loadlib.figures.goodput import Slo
 from loadlib.modes.sessions import SessionPlan, recorded_span
 from loadlib.profiles import ProfileError, load_profile
 from loadlib.record_table import records_frame
@@ -218,7 +219,7 @@ def test_the_cell_figures_worked_out_by_hand():
     records = [turn("a", 0, 0.0, 1.0, 1000, 900, 960), turn("b", 1, 0.5, 2.0, 1000, 900, 960),
                turn("b", 1, 3.0, 1.0, 1000, 100, 960), turn("b", 1, 4.5, 0.0, 0, None, 960,
                                                                "context overflow: 9000 + 10 > 8192")]
-    row = figures.cell_table(records_frame(records)).iloc[0]
+    row = figures.cell_table(records_frame(records), slo=Slo(ttft_s=0.5, decode_tps=5.0)).iloc[0]
     assert (row["sessions"], row["turns"], row["turns_failed"]) == (2, 4, 1)
     assert row["ideal_prefix_hit"] == pytest.approx(2880 / 3000)
     assert row["achieved_prefix_hit"] == pytest.approx(1900 / 3000)
@@ -229,6 +230,7 @@ def test_the_cell_figures_worked_out_by_hand():
     assert row["context_overflow_rate"] == pytest.approx(0.25) and row["overflow_flag"]
     assert row["lanes_offered"] == 2
     assert row["lanes_live"] == pytest.approx((1.0 + 4.0) / 4.5)  # a 0-1 s, b 0.5-4.5 s over 0-4.5 s
+    assert row["turns_within_slo"] == pytest.approx(2 / 4)  # b's first decodes 9 tokens in 1.9 s; the refused one
 
 
 def test_a_healthy_cell_is_not_flagged_and_one_session_has_no_interval():
