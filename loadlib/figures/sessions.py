@@ -29,7 +29,7 @@ from loadlib.figures.bootstrap import resampled
 from loadlib.figures.formulas import from_intended_send, meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO, Slo
 from loadlib.figures.uncertainty import LEVEL
-from loadlib.scenarios.agent_trace import CONTEXT_OVERFLOW
+from loadlib.scenarios.base import CONTEXT_OVERFLOW
 
 OVERFLOW_LIMIT = 0.01  # a cell with more of its turns beyond the context is flagged
 SERVER_OVERFLOW = "context length"  # SGLang's and vLLM's refusal of a prompt beyond the context says it

@@ -32,9 +32,9 @@ from gevent.event import AsyncResult, Event
 from gevent.queue import Empty, Queue
 from pydantic import PositiveFloat, PositiveInt
 
-from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, target_labels
-from loadlib.scenarios.agent_trace import AGENT_TRACE_KIND, CONTEXT_OVERFLOW, AgentTrace, AgentTraceSpec, lane_width
-from loadlib.scenarios.base import Cell, level_cell_name, request_params
+from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, log, target_labels
+from loadlib.scenarios.agent_trace import AGENT_TRACE_KIND, AgentTrace, AgentTraceSpec, lane_width
+from loadlib.scenarios.base import CONTEXT_OVERFLOW, Cell, level_cell_name, request_params
 from loadlib.scenarios.cc_traces import MAIN_AGENT, Conversation, Entry, SubAgent, Turn
 from loadlib.scenarios.spec import Strict
 
@@ -87,9 +87,14 @@ class SessionPlan:
         return max(lane_width(c.requests) for c in self.conversations)
 
 
+def agent_spec(profile: "Profile") -> tuple[str, AgentTraceSpec]:
+    """The profile's agent-trace scenario table (the profile has exactly one), by name."""
+    return next((name, spec) for name, spec in profile.scenarios.items() if spec.kind == AGENT_TRACE_KIND)
+
+
 def agent_trace(profile: "Profile", salt: str = "") -> AgentTrace:
-    """The profile's agent-trace scenario (the profile has exactly one), salted for the run."""
-    name, spec = next((n, s) for n, s in profile.scenarios.items() if s.kind == AGENT_TRACE_KIND)
+    """The profile's agent-trace scenario, salted for the run."""
+    name, spec = agent_spec(profile)
     return AgentTrace(spec, name, request_params(spec.max_tokens, spec.thinking), salt)
 
 
@@ -102,8 +107,7 @@ def session_cells(profile: "Profile", scenario: AgentTrace) -> list[Cell]:
 
 def plan_of(profile: "Profile") -> SessionPlan:
     load: SessionsLoad = profile.load
-    spec: AgentTraceSpec = agent_trace(profile).spec
-    return SessionPlan(spec.conversations, load.sessions, load.duration_s)
+    return SessionPlan(agent_spec(profile)[1].conversations, load.sessions, load.duration_s)
 
 
 class SessionsDriver(Driver):
@@ -117,6 +121,10 @@ class SessionsDriver(Driver):
         self.session_plan = plan_of(profile)
         self.plan = session_cells(profile, agent_trace(profile))
         self.slots = profile.load.sessions * self.session_plan.width
+        spec = agent_spec(profile)[1]
+        # no record for this long, and nothing in flight: the lanes that owed the rest are gone
+        self.quiet_limit_s = spec.idle_cap_s * spec.think_time_scale + run.request_timeout_s + DONE_WAIT_S
+        self._last_record = time.time()
         self._recorded: dict[tuple[str, str], int] = {}
         self._all_in = Event()
         self._expected = self.session_plan.turns()
@@ -131,6 +139,7 @@ class SessionsDriver(Driver):
             return
         key = (record["cell"], record.get("target", ""))
         self._recorded[key] = self._recorded.get(key, 0) + 1
+        self._last_record = time.time()
         if key == (cell.name, cell.target) and self._recorded[key] >= self._expected:
             self._all_in.set()
 
@@ -139,18 +148,29 @@ class SessionsDriver(Driver):
             self.stopped = "users were not spawned"
             return
         for index, cell in enumerate(self.plan):
-            self._cell, self._all_in = cell, Event()
+            self._cell, self._all_in, self._last_record = cell, Event(), time.time()
             start = time.time() + self.run.lead_time_s
             until = start + cell.duration_s if cell.duration_s is not None else None
             self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
             self.run.announce({"cell": index, "start": start, "until": until})
             if until is None:
-                self._all_in.wait()  # the lanes end when their sessions do; a lost record is a lost worker's
+                self._wait_for_every_turn(cell)
             else:
                 gevent.sleep(max(until - time.time(), 0.0))
                 self.drain(time.time() + self.run.request_timeout_s + DONE_WAIT_S)
             self.end_cell(cell)
         self._cell = None
+
+    def _wait_for_every_turn(self, cell: Cell) -> None:
+        """Until every turn of the cell is recorded; or, when a lost worker's lanes will never send
+        theirs, until no record came for `quiet_limit_s` with nothing in flight."""
+        while not self._all_in.wait(timeout=1.0):
+            quiet = time.time() - self._last_record
+            if quiet > self.quiet_limit_s and self.run.streams_in_flight() == 0:
+                got = self._recorded.get((cell.name, cell.target), 0)
+                log.warning("%s: %d of %d turns recorded, none for %.0f s: the rest will not come (a lost "
+                            "worker's lanes); going on", cell.name, got, self._expected, quiet)
+                return
 
 
 @dataclass(slots=True)
@@ -174,7 +194,7 @@ class SessionLanes(ModeState):
         self.salt = f"{config.started_at:.6f}"
         self.profile = profile
         self.plan = plan_of(profile)
-        self.spec: AgentTraceSpec = agent_trace(profile).spec
+        self.spec = agent_spec(profile)[1]
         self.cells = session_cells(profile, agent_trace(profile))
         self.share = share
         self.context = config.context_tokens

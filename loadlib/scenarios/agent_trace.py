@@ -27,7 +27,6 @@ from loadlib.scenarios.cc_traces import Conversation, Entry, SubAgent, TraceForm
 from loadlib.scenarios.spec import ScenarioKind, ScenarioSpec, beside_the_profile
 
 AGENT_TRACE_KIND = "agent-trace"
-CONTEXT_OVERFLOW = "context overflow"  # the reason of a turn not sent for the model's context
 # SGLang's model gateway (sglang-router, SMG): its manual and consistent_hashing policies; NVIDIA
 # Dynamo's frontend and generic routers (a header-hash rule): X-Session-Id
 SESSION_HEADERS = ("X-SMG-Routing-Key", "X-Session-Id")
