@@ -157,3 +157,23 @@ def context_table(df: pd.DataFrame) -> pd.DataFrame:
 def _bin_name(interval: pd.Interval) -> str:
     low, high = interval.left, interval.right
     return f">= {low / 1024:g}k" if np.isinf(high) else f"{low / 1024:g}k-{high / 1024:g}k"
+
+
+def lane_spans(df: pd.DataFrame, origin: float) -> pd.DataFrame:
+    """Each agent-session turn as a span on its lane, for the swim lanes: `x` its send and `end` its
+    end (seconds from `origin`), `y` its lane (a sub-agent's turns just above its lane's, siblings
+    apart), `name` "main agent" or "sub-agent"; the gaps between spans are the agents' think time."""
+    turns = session_records(df)
+    if turns.empty:
+        return pd.DataFrame(columns=["x", "end", "y", "name"])
+    subs = turns.loc[turns["agent"] != "main", ["target", "cell", "conversation", "copy", "agent", "sent_at"]]
+    order = subs.sort_values("sent_at").drop_duplicates(["target", "cell", "conversation", "copy", "agent"])
+    rank = order.groupby(["target", "cell", "conversation", "copy"], observed=True).cumcount()
+    count = order.groupby(["target", "cell", "conversation", "copy"], observed=True)["agent"].transform("size")
+    offset = dict(zip(zip(order["target"], order["cell"], order["conversation"], order["copy"], order["agent"]),
+                      0.2 + 0.6 * rank / count))
+    keys = zip(turns["target"], turns["cell"], turns["conversation"], turns["copy"], turns["agent"])
+    lift = np.array([offset.get(key, 0.0) for key in keys])
+    return pd.DataFrame({"x": turns["sent_at"] - origin, "end": turns["ended_at"] - origin,
+                         "y": turns["slot"].to_numpy(float) + lift,
+                         "name": np.where(lift > 0, "sub-agent", "main agent")}).reset_index(drop=True)

@@ -237,3 +237,13 @@ def test_a_healthy_cell_is_not_flagged_and_one_session_has_no_interval():
     row = figures.cell_table(records_frame([turn("a", 0, 0.0, 1.0, 1000, 950, 960)])).iloc[0]
     assert not row["overflow_flag"] and row["context_overflow_rate"] == 0
     assert np.isnan(row["achieved_prefix_hit_ci_low"]) and row["turns_missing_ideal"] == 0
+
+
+def test_swim_lanes_put_each_turn_on_its_lane_and_sub_agents_just_above():
+    records = [turn("a", 0, 10.0, 1.0, 1000, 900, 960), turn("b", 1, 10.5, 2.0, 1000, 900, 960)]
+    records += [dict(turn("b", 1, 12.0 + i, 0.5, 1000, 900, 960), agent=agent, request_id=agent)
+                for i, agent in enumerate(("s1", "s2"))]
+    spans = figures.lane_spans(records_frame(records), origin=10.0)
+    assert spans[["x", "end"]].values.tolist() == [[0.0, 1.0], [0.5, 2.5], [2.0, 2.5], [3.0, 3.5]]
+    assert spans["y"].tolist() == pytest.approx([0.0, 1.0, 1.2, 1.5])  # lane 1's two sub-agents apart
+    assert spans["name"].tolist() == ["main agent", "main agent", "sub-agent", "sub-agent"]
