@@ -32,7 +32,7 @@ from gevent.event import AsyncResult, Event
 from gevent.queue import Empty, Queue
 from pydantic import PositiveFloat, PositiveInt
 
-from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, log, target_labels
+from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, log, target_labels
 from loadlib.scenarios.agent_trace import AGENT_TRACE_KIND, AgentTrace, AgentTraceSpec, lane_width
 from loadlib.scenarios.base import CONTEXT_OVERFLOW, Cell, level_cell_name, request_params
 from loadlib.scenarios.cc_traces import MAIN_AGENT, Conversation, Entry, SubAgent, Turn
@@ -134,6 +134,7 @@ class SessionsDriver(Driver):
         return self.slots
 
     def on_record(self, record: dict[str, Any]) -> None:
+        super().on_record(record)  # the probes' answers
         cell = self._cell
         if cell is None or record.get("conversation") is None or not record.get("measured", True):
             return
@@ -147,6 +148,9 @@ class SessionsDriver(Driver):
         if not self.wait_for_users(self.slots):
             self.stopped = "users were not spawned"
             return
+        probing = self.plan[0]  # the prompts measured once, on the first server, before any clock starts
+        self.prepare(probing.scenario, probing.target)
+        self.run.announce({"probes": probing.scenario.prompts.probe_tokens})
         for index, cell in enumerate(self.plan):
             self._cell, self._all_in, self._last_record = cell, Event(), time.time()
             start = time.time() + self.run.lead_time_s
@@ -198,31 +202,40 @@ class SessionLanes(ModeState):
         self.cells = session_cells(profile, agent_trace(profile))
         self.share = share
         self.context = config.context_tokens
-        self.queue: Queue = Queue()
-        self.ready = Event()  # the prompts are measured: lanes may start
+        self.queue: Queue = Queue()  # due turns, and the driver's probes (assignments)
+        self.probes: list[int | None] | None = None  # their answers, as the driver announces them
 
     def _scenario(self, user: "LLMUser") -> AgentTrace:
-        return user.prepared(SessionLanes, lambda: agent_trace(self.profile, self.salt))  # type: ignore[return-value]
+        """This process's scenario, measured by the driver's probes (announced before any cell)."""
+        def build() -> AgentTrace:
+            scenario = agent_trace(self.profile, self.salt)
+            scenario.prompts.learn(self.probes or [])
+            return scenario
+        return user.prepared(SessionLanes, build)  # type: ignore[return-value]
 
-    def on_start(self, user: "LLMUser") -> None:
-        self._scenario(user)  # the prompts measured before the first session
-        self.ready.set()
+    def take(self, assignment: Assignment) -> None:
+        self.queue.put(assignment)
 
     def on_message(self, data: dict[str, Any]) -> None:
+        if "probes" in data:
+            self.probes = data["probes"]
+            return
         cell = self.cells[data["cell"]]
         index, processes = self.share
         for lane in range(index, self.plan.lanes, processes):
             gevent.spawn(self._lane, cell, lane, data["start"], data["until"])
 
     def step(self, user: "LLMUser") -> None:
-        """Sends the next due turn; between them returns every `IDLE_STEP_S`, so that a user
-        takes up a new test's state (a sweep's next configuration makes one)."""
-        scenario = self._scenario(user)
-        self.ready.set()
+        """Sends the next probe or due turn; between them returns every `IDLE_STEP_S`, so that a
+        user takes up a new test's state (a sweep's next configuration makes one)."""
         try:
-            due: DueTurn = self.queue.get(timeout=IDLE_STEP_S)
+            due: DueTurn | Assignment = self.queue.get(timeout=IDLE_STEP_S)
         except Empty:
             return
+        if isinstance(due, Assignment):
+            user.send(due.body, due.label, request_id=due.request_id, urgent=True)
+            return
+        scenario = self._scenario(user)
         sent = scenario.turn(due.conversation, due.turn, due.copy, due.cell.target)
         label = due.cell.label(sent.job, due.lane, scheduled_at=due.due_at, conversation=due.conversation.id,
                                copy=due.copy, agent=due.turn.agent, ideal_cached_tokens=sent.ideal_cached_tokens)
@@ -237,7 +250,6 @@ class SessionLanes(ModeState):
     # --- a lane ----------------------------------------------------------------------------------
 
     def _lane(self, cell: Cell, lane: int, start: float, until: float | None) -> None:
-        self.ready.wait()
         gevent.sleep(max(start - time.time(), 0.0))
         for conversation, copy in self.plan.of_lane(lane):
             if until is not None and time.time() >= until:

@@ -76,6 +76,7 @@ class AgentPrompts:
         self.params = dict(params or {})
         self.calibration = Calibration()
         self.exact = False  # the probes found one server token a word
+        self.probe_tokens: list[int | None] = []  # what the probes answered (`learn`)
 
     @property
     def frame_tokens(self) -> int:
@@ -90,8 +91,10 @@ class AgentPrompts:
         return [Job("calibrate", [{"role": "user", "content": content}], params) for content in contents]
 
     def learn(self, prompt_tokens: Sequence[int | None]) -> None:
-        """The probes' `usage.prompt_tokens`, in `probes()`'s order."""
-        frame, *words = prompt_tokens
+        """The probes' `usage.prompt_tokens`, in `probes()`'s order (another process's, as
+        `probe_tokens` kept them, make this one measure alike)."""
+        self.probe_tokens = list(prompt_tokens)
+        frame, *words = [*prompt_tokens, None, None, None][:3]
         calibration = self.calibration
         calibration.learn(None, 0, frame)
         for n, tokens in zip(PROBE_WORDS.values(), words):

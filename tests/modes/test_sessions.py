@@ -23,6 +23,8 @@ from tests.profile_runs import run_profiles_together
 
 SHAPE = SessionShape(turns=(5, 8), tool_call_out=(8, 24), answer_out=(16, 48), subagent_share=0.3,
                      sub_turns=(2, 3), tool_result_tokens=(100, 1500))
+SHORT = SessionShape(turns=(2, 3), tool_call_out=(8, 16), answer_out=(8, 16), subagent_share=0.0,
+                     tool_result_tokens=(100, 500), tool_tokens=(1000, 2000), system_tokens=(500, 1000))
 UNBOUNDED = "--time-scale 0.02 --radix-cache-tokens 100000000"
 SMALL = "--time-scale 0.02 --radix-cache-tokens 12000"
 PROFILE = """
@@ -76,6 +78,8 @@ def runs(tmp_path_factory):
     write_jsonl(generate(3, seed=5, scope="local", shape=SHAPE), work / "local.jsonl")
     trace = str(work / "local.jsonl")
     ten = ten_minutes(work)
+    write_jsonl(generate(2, seed=3, scope="local", shape=SHORT), work / "short.jsonl")
+    short = str(work / "short.jsonl")
     hicache = f"{SMALL} --enable-hierarchical-cache --hicache-ratio 4"
     return run_profiles_together({
         "one process": (work / "one", profile(trace), 1, "--sim-args", UNBOUNDED),
@@ -84,6 +88,9 @@ def runs(tmp_path_factory):
         "hicache": (work / "hicache", profile(trace), 1, "--sim-args", hicache),
         "ten minutes": (work / "ten", profile(ten, sessions=1, scale=0.005, cap=600.0), 1, "--sim-args", UNBOUNDED),
         "a/b": (work / "ab", profile(trace) + AB, 1),
+        "timed": (work / "timed", profile(short, sessions=2, more="duration_s = 3.0"), 1, "--sim-args", UNBOUNDED),
+        "timed, cache busted": (work / "busted", profile(short, sessions=2, more="duration_s = 3.0")
+                                + "bust_cache = true\n", 1, "--sim-args", UNBOUNDED),
     }, timeout=180)
 
 
@@ -154,6 +161,20 @@ def test_an_ab_run_plays_the_sessions_against_each_server_with_its_own_ideal(run
     assert table.loc["A", "ideal_prefix_hit"] == pytest.approx(table.loc["B", "ideal_prefix_hit"])
     assert table.loc["B", "achieved_prefix_hit"] < table.loc["A", "achieved_prefix_hit"] - 0.1
     assert "Verdicts against A" in result.stdout
+
+
+@pytest.mark.processes
+def test_with_a_duration_lanes_replay_copies_until_the_time_is_up_sharing_a_cache_unless_busted(runs):
+    share = {}
+    for name in ("timed", "timed, cache busted"):
+        turns = measured(runs[name][1])
+        assert turns["error"].isna().all() and turns["copy"].max() >= 1
+        assert turns["sent_at"].max() - turns["sent_at"].min() < 3.0 + 0.2  # none starts after the time is up
+        again = turns[turns["copy"] >= 1]
+        share[name] = again["ideal_cached_tokens"].sum() / again["prompt_tokens"].sum()
+        assert again["cached_tokens"].sum() / again["prompt_tokens"].sum() == pytest.approx(share[name], abs=0.02)
+    assert share["timed"] > 0.97  # a copy resends what its first replay sent: all of it cached
+    assert share["timed, cache busted"] < 0.9  # its own texts: only what it resends itself
 
 
 # --- the fast half -------------------------------------------------------------------------------
