@@ -17,8 +17,10 @@ failed record, "context overflow".
 The lanes are greenlets of the processes that run users (lane l on process l mod P); each turn is
 put, when due, in its process's queue, and a free user sends it (`queue_s` is its wait). The mode
 asks for N x the trace's widest session (its most requests in flight at once) free users. The
-driver starts one cell per target (an A/B run plays them one after the other) and ends it when
-every turn's record is in, or when `duration_s` is up and the turns in flight have ended.
+driver first measures the prompts (`AgentPrompts`' probes, sent through the users to the first
+server) and announces the answers to every process; then it starts one cell per target (an A/B
+run plays them one after the other) and ends it when every turn's record is in, or when
+`duration_s` is up and the turns in flight have ended.
 """
 
 from __future__ import annotations
@@ -235,6 +237,14 @@ class SessionLanes(ModeState):
         if isinstance(due, Assignment):
             user.send(due.body, due.label, request_id=due.request_id, urgent=True)
             return
+        try:
+            due.done.set(self._send(user, due))
+        finally:  # whatever went wrong, the lane goes on
+            if not due.done.ready():
+                due.done.set(time.time())
+
+    def _send(self, user: "LLMUser", due: DueTurn) -> float:
+        """Sends a due turn (or refuses it for the context); returns when it ended."""
         scenario = self._scenario(user)
         sent = scenario.turn(due.conversation, due.turn, due.copy, due.cell.target)
         label = due.cell.label(sent.job, due.lane, scheduled_at=due.due_at, conversation=due.conversation.id,
@@ -245,7 +255,7 @@ class SessionLanes(ModeState):
                                               f"> the model's {self.context}")
         else:
             record = user.send(body, label, headers=sent.headers)
-        due.done.set(record.sent_at + (record.total_s or 0.0))
+        return record.sent_at + (record.total_s or 0.0)
 
     # --- a lane ----------------------------------------------------------------------------------
 
@@ -259,7 +269,7 @@ class SessionLanes(ModeState):
     def _agent(self, cell: Cell, lane: int, conversation: Conversation, copy: int, entries: Sequence[Entry],
                agent: str, until: float | None) -> float:
         """Plays one agent's entries (its sub-agents in greenlets of their own); returns when its
-        last request ended (wall clock), and with it the recorded time it ended at."""
+        last request, or its last sub-agent's, ended (wall clock)."""
         ended_at = time.time()  # the previous turn's end, on the wall clock
         recorded_end = 0.0  # and as the trace recorded it (the agent's own clock)
         children: list[gevent.Greenlet] = []
