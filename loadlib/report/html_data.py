@@ -1,6 +1,6 @@
 """Everything report.html shows, as one JSON-ready dict: per run what was run, the summary's and
 report's sections (each table's formatted rows as the summary prints them and its raw figures as
-`report --json` gives them), the charts' data; for several runs (or targets) the figures side by
+`report --json` gives them), its requests; every declared chart over the runs; for several runs (or targets) the figures side by
 side and each run's verdicts against the first, from `loadlib.figures.verdicts` as `compare`
 computes them; for a server sweep its table of configurations and the logs of those that did not
 serve (`loadlib.report.sweep`). Nothing here computes a figure of its own."""
@@ -14,7 +14,8 @@ from loadlib.figures import across_runs, verdicts
 from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import RunData, build_sections
 from loadlib.report.document import Section, flatten, json_rows, rows
-from loadlib.report.html_charts import run_charts
+from loadlib.report.charts import PALETTE
+from loadlib.report.html_charts import page_charts, requests
 from loadlib.report.html_runs import RunInput, as_runs, read_runs
 from loadlib.report.protocol import summary_dict
 from loadlib.report.run_figures import RunFigures
@@ -35,13 +36,14 @@ def page_data(given: Sequence[tuple[str, RunInput]]) -> dict[str, Any]:
     runs = read_runs(given)
     shown = as_runs(runs)
     labels = [label for label, _ in shown]
-    return {"labels": labels, "runs": [run_entry(label, data) for label, data in shown],
+    return {"labels": labels, "colors": PALETTE, "runs": [run_entry(label, data) for label, data in shown],
+            "charts": page_charts(shown, [(label, figures.run) for label, figures in runs]),
             "comparison": comparison(shown, runs) if len(shown) > 1 else None,
             "sweeps": [sweep_entry(label, figures) for label, figures in runs if figures.sweep is not None]}
 
 
 def run_entry(label: str, run: RunData) -> dict[str, Any]:
-    """One run: its heading, what was run, `report --json`'s summary keys, its sections and charts."""
+    """One run: its heading, what was run, `report --json`'s summary keys, its sections and requests."""
     summary = summary_dict(run.tables)
     if run.manifest.get("search"):
         summary["search"] = run.manifest["search"]
@@ -49,7 +51,7 @@ def run_entry(label: str, run: RunData) -> dict[str, Any]:
         summary["validity"] = validity_summary(run.checks)
     return {"label": label, "heading": summary_heading(run.df, run.manifest), "what": what_was_run(run.manifest),
             "summary": summary, "sections": [section_entry(s) for s in build_sections(run, report=True)],
-            "charts": run_charts(run)}
+            "requests": requests(run.df)}
 
 
 def sweep_entry(label: str, figures: RunFigures) -> dict[str, Any]:
