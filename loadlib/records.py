@@ -77,6 +77,14 @@ class RequestRecord:
     # and thinking was not asked on, or no answer came (the reasoning used up max_tokens).
     ttfo_s: float | None = None
     reasoning_tokens: int | None = None  # of completion_tokens, as the server's usage counts them
+    # The server's own account of this request's speculative decoding, where it sent one
+    # (`loadlib.wire.sse.spec_account`; None: it sent none): its verify steps (target forward
+    # passes that checked a draft), the draft tokens it proposed and those it accepted, and how
+    # many verify steps accepted exactly 0, 1, 2, ... drafts ("12,3,0,5"; SGLang and vLLM send it).
+    spec_verify_steps: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_accept_histogram: str | None = None
     # The answer's text and the reasoning before it, for the task that sent the request (a
     # conversation resends the reply). Kept in memory only: the journal keeps `output_sha`.
     text: str = field(default="", repr=False)

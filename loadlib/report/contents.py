@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from loadlib.figures import energy, free_running, protocol_tables, scenario_tables
+from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.columns import distinct
 from loadlib.figures.goodput import GoodputSlo, goodput_slo
@@ -125,6 +125,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: lost_workers_section(run.manifest)),
     Entry(lambda run: server_view.server_sections(run.run_dir, run.df, run.manifest),
           when=lambda run: run.run_dir is not None),
+    Entry(lambda run: sections.acceptance_section(acceptance.acceptance_table(run.df))),
     Entry(_energy, when=lambda run: run.run_dir is not None),
     Entry(lambda run: checks_section(run.checks),
           when=lambda run: judged(run.run_dir, run.manifest)),

@@ -1,7 +1,7 @@
 """The summary's tables beyond the protocol's (the capacity search's is `loadlib.report.search`): steady state of
 free-running cells, figures by length (report only), prefill, the cache state each cell meant
-and met, TTFT per conversation turn, requests left out of a figure, the client's own limits, and
-the GPUs' energy per cell.
+and met, TTFT per conversation turn, requests left out of a figure, the client's own limits, the
+GPUs' energy per cell, and the server's account of speculative decoding per scenario.
 
 Each function turns one `loadlib.figures` table (or what the manifest kept: the search's result,
 the self-watch) into a section: it labels, formats and orders, it computes nothing. Which sections
@@ -281,3 +281,25 @@ def energy_section(table: pd.DataFrame) -> Section:
             "via": [v if isinstance(v, str) else text.MISSING for v in table["energy_via"]],
             "samples": text.column(table["samples"], 0),
         }), keys=("cell", "scenario", "gpu"), left=("cell", "GPU", "via"), optional=True)
+
+
+def acceptance_section(table: pd.DataFrame) -> Section:
+    """Per scenario, the server's accept length from its per-request account beside the client's
+    tok/chunk, and decode as verify steps/s x accept length (`figures.acceptance.acceptance_table`)."""
+    return Section(
+        "acceptance", "Speculative decoding per scenario, from the server's own account of each request (accept len = "
+        "tokens per verify step = (accepted drafts + verify steps) / verify steps, summed over the requests; client "
+        "tok/chunk = Σcomp/Σchunks of the same requests, the stream-chunk basis, a different figure; verify steps/s = "
+        "the server's verify steps over the client's decode time, first token to end of stream; decode = verify "
+        "steps/s x accept len, the server's tokens over that time, beside the client's (comp - 1) over it)",
+        table, pd.DataFrame({
+            "scenario": table["scenario"].astype(str),
+            "requests": text.column(table["requests"], 0),
+            "verify steps": text.column(table["verify_steps"], 0),
+            "accept len": text.column(table["accept_length"], 2),
+            "drafts accepted": [text.percent(v, 1) for v in table["draft_acceptance"]],
+            "client tok/chunk": text.column(table["client_tok_per_chunk"], 2),
+            "verify steps/s": text.column(table["verify_steps_per_s"], 1),
+            "decode t/s": text.column(table["decode_tps"], 1),
+            "client decode t/s": text.column(table["client_decode_tps"], 1),
+        }), keys=("scenario",), left=("scenario",), optional=True)

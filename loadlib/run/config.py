@@ -16,6 +16,7 @@ from typing import Any
 from loadlib.modes import LoadMode, mode_named
 from loadlib.profiles import Profile
 from loadlib.wire.client import ChatSettings
+from loadlib.wire.flavours import SGLANG
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,15 @@ class RunConfig:
                    tuple(tuple(target) for target in data["targets"]))
 
 
-def request_settings(profile: Profile | None, opts: Any, model: str, api_key: str | None) -> ChatSettings:
+def request_settings(profile: Profile | None, opts: Any, model: str, api_key: str | None,
+                     owned_by: str | None = None) -> ChatSettings:
     """The request defaults: a profile's `[request]` (the protocol's options make one too), else
-    the options (a locustfile's own users)."""
+    the options (a locustfile's own users). `owned_by` is what the target's /v1/models says of the
+    model: `--spec-details auto` asks SGLang, and only SGLang, for its account of speculative
+    decoding (a stricter server may refuse a field it does not know)."""
     max_tokens, thinking = (profile.request.max_tokens, profile.request.thinking) if profile is not None \
         else (opts.max_tokens, opts.thinking)
+    spec_details = getattr(opts, "spec_details", "auto")
     return ChatSettings(model=model, max_tokens=max_tokens, thinking=thinking, api_key=api_key,
-                        timeout_s=opts.request_timeout, verify_tls=not opts.insecure)
+                        timeout_s=opts.request_timeout, verify_tls=not opts.insecure,
+                        spec_details=spec_details == "on" or spec_details == "auto" and owned_by == SGLANG.probes.owned_by)

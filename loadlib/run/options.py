@@ -135,6 +135,10 @@ def add_arguments(parser: Any) -> None:
                           help="chat_template_kwargs.enable_thinking on or off, or server: send no "
                                "chat_template_kwargs, the server's chat template decides "
                                f"(default {DEFAULT_THINKING})")
+    requests.add_argument("--spec-details", choices=("auto", "on", "off"), default="auto",
+                          help="Ask the server for its account of each request's speculative decoding "
+                               "(return_spec_tokens_details): auto asks SGLang alone, as /v1/models names it "
+                               "(default auto)")
     requests.add_argument("--request-timeout", type=positive_float, default=900.0, metavar="S",
                           help="Seconds one request may take in all (default 900)")
     requests.add_argument("--insecure", action="store_true", default=False,

@@ -44,6 +44,7 @@ class ModelList:
     ids: list[str] = field(default_factory=list)
     problem: str | None = None
     context_tokens: dict[str, int] = field(default_factory=dict)  # model -> max_model_len, where listed
+    owned_by: dict[str, str] = field(default_factory=dict)  # model -> its `owned_by` (the server's kind)
     hint: str = "give --model"  # what to do when there is no list
 
     def choose(self, requested: str) -> tuple[str, str | None]:
@@ -74,7 +75,8 @@ def list_models(base_url: str, api_key: str | None = None, verify_tls: bool = Tr
         data = orjson.loads(response.body).get("data") or []
         models = [model for model in data if isinstance(model, dict) and "id" in model]
         context = {str(m["id"]): m["max_model_len"] for m in models if isinstance(m.get("max_model_len"), int)}
-        return ModelList([str(m["id"]) for m in models], context_tokens=context) if models else \
+        owners = {str(m["id"]): m["owned_by"] for m in models if isinstance(m.get("owned_by"), str)}
+        return ModelList([str(m["id"]) for m in models], context_tokens=context, owned_by=owners) if models else \
             ModelList(problem="the answer lists no model ids")
     except TransportError as exc:
         if str(exc).startswith("TLS") and answers_plain_http(base_url, timeout_s):

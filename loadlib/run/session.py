@@ -168,7 +168,8 @@ class RunSession:
         model, model_warning = models.choose(opts.model)
         if model_warning:
             log.warning("%s", model_warning)
-        return RunConfig(self.mode.name, request_settings(profile, opts, model, api_key), users, time.time() + 0.5,
+        return RunConfig(self.mode.name, request_settings(profile, opts, model, api_key, models.owned_by.get(model)),
+                         users, time.time() + 0.5,
                          profile, self.users.worker_ids(), models.context_tokens.get(model), targets), model_warning
 
     def serve(self, profile: Profile) -> float:

@@ -62,7 +62,7 @@ class SimRequest:
 
     __slots__ = ("rid", "prompt_ids", "prompt_tokens", "cached_tokens", "loaded_tokens", "prefilled", "limit",
                  "output", "generated", "streamed", "finish_reason", "aborted", "on_step",
-                 "uncounted", "_cdf", "_cdf_reasoning", "_rng")
+                 "uncounted", "verify_steps", "accepted", "accept_histogram", "_cdf", "_cdf_reasoning", "_rng")
 
     def __init__(self, rid: str, prompt_ids: list[int], output: content.Output, limit: int,
                  finish_reason: str, cdf: tuple[float, ...], cdf_reasoning: tuple[float, ...],
@@ -81,14 +81,24 @@ class SimRequest:
         self.aborted = False
         self.on_step: StepCallback = _ignore
         self.uncounted = 0  # of its tokens, those the generated-token counters leave out (a fault)
+        # its speculative decoding as the server accounts it per request: verify steps, drafts
+        # accepted, and how many steps accepted exactly 0, 1, ... drafts (index = drafts accepted)
+        self.verify_steps = self.accepted = 0
+        self.accept_histogram = [0] * (len(cdf) + 1)
         self._cdf = cdf
         self._cdf_reasoning = cdf_reasoning
         self._rng = rng
 
     def draw_step(self) -> int:
-        """Tokens this verify step adds (1 + accepted drafts), reproducible per prompt."""
+        """Tokens this verify step adds (1 + accepted drafts), reproducible per prompt; never more
+        than the answer has left (a server drafts no further than its max_tokens), and counted in
+        the request's own account."""
         cdf = self._cdf_reasoning if self.generated < self.output.reasoning_len else self._cdf
-        return bisect.bisect_right(cdf, self._rng.random()) + 1
+        gain = min(bisect.bisect_right(cdf, self._rng.random()) + 1, self.limit - self.generated)
+        self.verify_steps += 1
+        self.accepted += gain - 1
+        self.accept_histogram[gain - 1] += 1
+        return gain
 
 
 def _ignore(start: int, end: int, done: bool) -> None:
@@ -108,15 +118,19 @@ class SpecStats:
     """
 
     __slots__ = ("tokens", "forwards", "total_tokens", "total_forwards", "accept_length",
-                 "accept_rate", "drafts_total", "draft_tokens_total", "accepted_total")
+                 "accept_rate", "drafts_total", "draft_tokens_total", "accepted_total",
+                 "accepted_per_position", "verify_calls_total")
 
     def __init__(self) -> None:
         self.tokens = self.forwards = 0  # since the last decode log
         self.total_tokens = self.total_forwards = 0  # over every completed interval
         self.accept_length = self.accept_rate = 0.0  # the gauges
         # vLLM's and llama.cpp's counters, at every verify step: one draft per request and step,
-        # its draft tokens, and the ones accepted (the step's tokens but the one it samples)
+        # its draft tokens, the ones accepted (the step's tokens but the one it samples), and those
+        # accepted at each draft position (from 0: the steps that accepted more than that many)
         self.drafts_total = self.draft_tokens_total = self.accepted_total = 0
+        self.accepted_per_position: list[int] = []
+        self.verify_calls_total = 0  # SGLang's: each request's verify steps, when it finishes
 
     def count_step(self, tokens: int, requests: int, draft_tokens: int) -> None:
         """One verify step of `requests` requests that made `tokens` tokens."""
@@ -125,6 +139,13 @@ class SpecStats:
         self.drafts_total += requests
         self.draft_tokens_total += requests * (draft_tokens - 1)
         self.accepted_total += tokens - requests
+
+    def count_positions(self, accepted: int, draft_tokens: int) -> None:
+        """One request's verify step that accepted `accepted` drafts, by draft position."""
+        if len(self.accepted_per_position) < draft_tokens - 1:
+            self.accepted_per_position += [0] * (draft_tokens - 1 - len(self.accepted_per_position))
+        for position in range(accepted):
+            self.accepted_per_position[position] += 1
 
     def log_interval(self, draft_tokens: int) -> None:
         """SGLang's `log_decode_stats`: gauges from the interval, then into the totals."""
@@ -400,12 +421,14 @@ class Engine:
         step_tokens = batch = 0
         self._decode_ct += 1
         stream_now = self._decode_ct % self.cfg.stream_interval == 0
+        spec, draft_tokens = stats.spec, self.cfg.speculative_num_draft_tokens
         for req in self.running:
             if req.aborted:
                 continue
             batch += 1
             gain = req.draw_step()
             step_tokens += gain
+            spec.count_positions(gain - 1, draft_tokens)
             end = req.generated + gain
             stats.generated_tokens_made += min(end, req.limit) - req.generated
             if end >= req.limit:
@@ -421,16 +444,16 @@ class Engine:
         stats.batch_steps_total += 1
         if batch:
             stats.recent_tokens.append((monotonic(), step_tokens))
-        spec = stats.spec
-        spec.count_step(step_tokens, batch, self.cfg.speculative_num_draft_tokens)
+        spec.count_step(step_tokens, batch, draft_tokens)
         if self._decode_ct % self.cfg.decode_log_interval == 0:
-            spec.log_interval(self.cfg.speculative_num_draft_tokens)
+            spec.log_interval(draft_tokens)
         self.running = still
 
     def _finish(self, req: SimRequest) -> None:
         stats = self.stats
         stats.requests_total += 1
         stats.generation_tokens_total += req.limit - req.uncounted
+        stats.spec.verify_calls_total += req.verify_steps
         stats.generated_tokens_made -= req.uncounted
         if not self.cfg.disable_radix_cache:
             out_ids = [tokenizer.piece_id(t) for t in req.output.texts[:req.limit - 1]]

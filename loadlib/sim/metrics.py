@@ -7,8 +7,9 @@ and tokenizer-manager counters and histograms (`sglang:prompt_tokens_total`,
 vLLM counts speculative drafts and accepted tokens and its prefix-cache queries and hits, and its
 generated tokens as they are made. llama-server (`--metrics`) counts the prompt tokens it
 computed and those it took from the cache apart, its drafts and accepted tokens, and has no TTFT
-histogram and no count of requests. Each flavour's names are the ones `loadlib/wire/flavours.py`
-reads. The simulator's own health, its scheduling lag against the simulated schedule, is exported
+histogram and no count of requests. vLLM and llama-server count the accepted drafts per draft
+position (label `position`, from 0), SGLang each finished request's verify steps. Each flavour's
+names are the ones `loadlib/wire/flavours.py` reads. The simulator's own health, its scheduling lag against the simulated schedule, is exported
 under `loadlib_sim:` whatever the flavour, because no server has such a metric.
 Text is rendered by hand: several instances live in one process, so a global registry won't do.
 """
@@ -104,6 +105,8 @@ def _sglang(engine: "Engine", model: str) -> list[str]:
         ("sglang:cached_tokens_total", "Number of cached prompt tokens.", stats.cached_tokens_total),
         ("sglang:num_requests_total", "Number of requests processed.", stats.requests_total),
         ("sglang:num_aborted_requests_total", "Number of requests aborted.", stats.aborted_total),
+        ("sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.",
+         stats.spec.verify_calls_total),
     ], model)
     for name, doc, hist in (
             ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
@@ -134,6 +137,8 @@ def _vllm(engine: "Engine", model: str) -> list[str]:
         ("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", spec.draft_tokens_total),
         ("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", spec.accepted_total),
     ], labels)
+    lines += _per_position("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                           spec.accepted_per_position, labels + ",")
     name = "vllm:request_success_total"
     lines += [f"# HELP {name} Count of successfully processed requests.", f"# TYPE {name} counter",
               f'{name}{{{labels},finished_reason="stop"}} {stats.requests_total}']
@@ -161,7 +166,19 @@ def _llamacpp(engine: "Engine", model: str) -> list[str]:
     ], "") + _family("gauge", [
         ("llamacpp:requests_processing", "Number of requests processing.", len(engine.running)),
         ("llamacpp:requests_deferred", "Number of requests deferred.", _queued(engine)),
-    ], "")
+    ], "") + _per_position("llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+                           "Accepted tokens per draft position", spec.accepted_per_position, "")
+
+
+def _per_position(family: str, doc: str, counts: list[int], labels: str) -> list[str]:
+    """A counter with one series per draft position (label `position`, from 0): vLLM's
+    (v1/spec_decode/metrics.py, prometheus_client adds `_total` to the samples) and llama-server's
+    (server-task.cpp: its family already ends in `_total`, and is left out before the first draft)."""
+    if not counts:
+        return []
+    sample = family if family.endswith("_total") else f"{family}_total"
+    return [f"# HELP {family} {doc}", f"# TYPE {family} counter",
+            *(f'{sample}{{{labels}position="{position}"}} {n}' for position, n in enumerate(counts))]
 
 
 PAGES = {"sglang": _sglang, "vllm": _vllm, "llamacpp": _llamacpp}  # flavour name -> its /metrics lines

@@ -27,7 +27,7 @@ from loadlib.sim.faults import HEADER as FAULT_HEADER
 from loadlib.sim.faults import FaultPicker, Faults
 from loadlib.sim.presets import SimConfig
 from loadlib.sim.trace import TraceWriter
-from loadlib.sim.wire import SHAPES, llamacpp_timings
+from loadlib.sim.wire import SHAPES, SpecCounts, llamacpp_timings
 from loadlib.wire.flavours import FLAVOURS
 
 _PEEK = _socket.MSG_PEEK | _socket.MSG_DONTWAIT
@@ -36,17 +36,21 @@ _FLUSH_MESSAGE = (b"Cache flushed.\nPlease check backend logs for more details. 
                   b"running or waiting requests, the operation will not be performed.)\n")
 
 
+def _spec_counts(req: SimRequest, draft_tokens: int) -> SpecCounts:
+    return SpecCounts(req.verify_steps, draft_tokens - 1, req.accepted, tuple(req.accept_histogram), req.limit)
+
+
 class _Delivery:
     """Turns one request's engine steps into bytes on its socket, and records its trace."""
 
     __slots__ = ("sock", "raw", "engine", "req", "shape", "include_usage", "cache_report",
                  "received_at", "first_token_at", "last_token_at", "done_at", "chunks",
                  "pending", "owed", "flushing", "broken", "finished", "wake", "head", "faults",
-                 "hold_s", "close_after_flush", "time_scale", "on_record", "emit", "called")
+                 "hold_s", "close_after_flush", "time_scale", "on_record", "emit", "called", "spec_asked")
 
     def __init__(self, sock, engine: Engine, req: SimRequest, shape, stream: bool,
                  include_usage: bool, head: bytes, faults: Faults | None,
-                 received_at: float, on_record) -> None:
+                 received_at: float, on_record, spec_asked: bool = False) -> None:
         self.sock, self.raw, self.engine = sock, sock._sock, engine
         self.req, self.shape, self.head, self.faults = req, shape, head, faults
         self.include_usage = include_usage and not (faults and faults.no_usage)
@@ -59,6 +63,7 @@ class _Delivery:
         self.pending: list[bytes] = []
         self.flushing = self.broken = self.finished = self.close_after_flush = False
         self.called = False  # a tool call's first delta has been sent
+        self.spec_asked = spec_asked  # the request asked for SGLang's `sglext.spec_tokens_details`
         self.wake = Event()
         self.on_record = on_record
         self.emit = self.on_step_tools if req.output.calls else self.on_step
@@ -153,21 +158,24 @@ class _Delivery:
     def _tail(self) -> bytes:
         """Finish chunk, usage chunk, [DONE] and the end of the chunked body, in one piece."""
         req, shape, now = self.req, self.shape, time.time()
+        spec = _spec_counts(req, self.engine.cfg.speculative_num_draft_tokens)
         timings = None
         if shape.sends_timings:
             first = self.first_token_at or now
             timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
-                                       first - self.received_at, req.limit, now - first)
+                                       first - self.received_at, req.limit, now - first, spec)
         matched = tokenizer.EOS_TOKEN_ID if req.finish_reason == "stop" else None
         if self.called:  # SGLang: a natural stop after tool calls finishes as "tool_calls"
             reason = "tool_calls" if req.finish_reason == "stop" else req.finish_reason
             parts = [shape.tool_finish(reason, matched, timings)]
         else:
             parts = [shape.finish(req.finish_reason, matched, timings)]
+        if self.spec_asked:
+            parts.append(shape.spec_chunk(spec))
         if self.include_usage:
             parts.append(shape.usage(req.prompt_tokens, req.limit,
                                      req.cached_tokens if self.cache_report else None,
-                                     min(req.limit, req.output.reasoning_len), timings))
+                                     min(req.limit, req.output.reasoning_len), timings, spec))
         if not (self.faults and self.faults.no_done):
             parts.append(shape.done())
         parts.append(httpio.END_CHUNKS)
@@ -504,7 +512,7 @@ class SimServer:
         shape = self._shape(rid, model, int(received_at))
         head = httpio.stream_head(rid_header, server=shape.server_header)
         delivery = _Delivery(sock, self.engine, req, shape, stream, include_usage, head, faults,
-                             received_at, self._record)
+                             received_at, self._record, body.get("return_spec_tokens_details") is True)
         gate = self._front_queue(faults.front_queue) if faults and faults.front_queue else None
         if gate is not None:  # held before the server, which receives the request only now
             gate.acquire()
@@ -584,5 +592,5 @@ class SimServer:
         matched = tokenizer.EOS_TOKEN_ID if req.finish_reason == "stop" else None
         elapsed = time.time() - delivery.received_at
         timings = llamacpp_timings(req.prompt_tokens - req.cached_tokens, req.cached_tokens,
-                                   0.0, req.limit, elapsed)
+                                   0.0, req.limit, elapsed, _spec_counts(req, self.cfg.speculative_num_draft_tokens))
         return shape.response(answer, reasoning, reason, matched, usage, timings, calls or None)

@@ -11,11 +11,18 @@ Methods return complete HTTP chunked-encoding frames. The differences that matte
 - vLLM: unset fields omitted, `delta.reasoning`, `finish_reason` on the last token chunk.
 - llama.cpp: role chunk with `content: null`, `:` comment lines, `timings` in the final chunks,
   and no `[DONE]` after a mid-stream error.
+
+Each also gives its account of the request's speculative decoding (`SpecCounts`) the way its
+server does, read by the client's `loadlib.wire.sse.spec_account`: llama.cpp in `timings` (every
+request that drafted), SGLang in an `sglext` chunk before the usage chunk (asked by the request's
+`return_spec_tokens_details`), vLLM in the usage chunk's `metrics` (as a vLLM started with
+`--per-request-spec-decode-metrics summary`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -28,6 +35,22 @@ _dumps = orjson.dumps
 
 def _framed(payload: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(payload), payload)
+
+
+@dataclass(frozen=True)
+class SpecCounts:
+    """One request's speculative decoding as the engine counted it (`engine.SimRequest`): the
+    same steps the /metrics counters add up, so the two accounts agree."""
+
+    verify_steps: int
+    drafts_per_step: int  # the draft tokens each verify step checks (draft tokens - 1)
+    accepted: int
+    histogram: tuple[int, ...]  # verify steps that accepted exactly 0, 1, ... drafts
+    completion_tokens: int
+
+    @property
+    def draft_tokens(self) -> int:
+        return self.verify_steps * self.drafts_per_step
 
 
 class _Emitter:
@@ -114,7 +137,7 @@ class SglangShape(_Emitter):
                          self.content_key, self.reasoning_key, _dumps(reason), _dumps(matched_stop)))
 
     def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
-              timings: dict | None = None) -> bytes:
+              timings: dict | None = None, spec: SpecCounts | None = None) -> bytes:
         usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                  "completion_tokens": completion,
                  "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
@@ -122,6 +145,25 @@ class SglangShape(_Emitter):
         return frame(b"data: " + _dumps({"id": self.rid, "object": "chat.completion.chunk",
                                          "created": self.created, "model": self.model,
                                          "choices": [], "usage": usage}) + b"\n\n")
+
+    def spec_chunk(self, spec: SpecCounts) -> bytes:
+        """SGLang's `sglext` chunk (serving_chat.py: after the finish chunk, before the usage
+        chunk), with `SpecTokensDetails` (protocol.py) as `spec_tokens_details_from_meta_info` and
+        the tokenizer manager fill it (SGLang 0.5.23): the accept length is completion tokens per
+        verify step, the histogram as long as its highest count needs."""
+        histogram = list(spec.histogram)
+        while histogram and not histogram[-1]:
+            histogram.pop()
+        details = {
+            "spec_accept_rate": spec.accepted / spec.draft_tokens if spec.draft_tokens else 0.0,
+            "spec_accept_length": spec.completion_tokens / spec.verify_steps if spec.verify_steps else 0.0,
+            "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": spec.accepted, "spec_num_proposed_drafts": spec.draft_tokens,
+            "spec_verify_ct": spec.verify_steps, "spec_correct_drafts_histogram": histogram,
+            "spec_cap_lens_histogram": []}
+        return frame(b"data: " + _dumps({"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+                                         "model": self.model, "choices": [], "usage": None,
+                                         "sglext": {"spec_tokens_details": details}}) + b"\n\n")
 
     def done(self) -> bytes:
         return frame(b"data: [DONE]\n\n")
@@ -192,15 +234,28 @@ class VllmShape(SglangShape):
         return b""
 
     def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
-              timings: dict | None = None) -> bytes:
+              timings: dict | None = None, spec: SpecCounts | None = None) -> bytes:
+        """With `spec`, the per-request metrics a vLLM started with `--per-request-spec-decode-metrics
+        summary` puts in its usage chunk (chat_completion/serving.py; `RequestSpecDecodeMetrics.to_dict`
+        in v1/metrics/stats.py, vLLM 0.34)."""
         usage: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                                  "completion_tokens": completion}
         if cached is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}  # with a reasoning parser
-        return frame(b"data: " + _dumps({"id": self.rid, "object": "chat.completion.chunk",
-                                         "created": self.created, "model": self.model,
-                                         "choices": [], "usage": usage}) + b"\n\n")
+        chunk = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                 "choices": [], "usage": usage}
+        if spec is not None:
+            chunk["metrics"] = {"speculative_decoding": {
+                "mean_acceptance_length": 1 + spec.accepted / spec.verify_steps if spec.verify_steps else 1.0,
+                "draft_acceptance_rate": spec.accepted / spec.draft_tokens if spec.draft_tokens else 0.0,
+                "acceptance_histogram": list(spec.histogram), "num_spec_steps": spec.verify_steps,
+                "num_accepted_draft_tokens": spec.accepted, "num_draft_tokens": spec.draft_tokens,
+                "num_spec_tokens": spec.drafts_per_step}}
+        return frame(b"data: " + _dumps(chunk) + b"\n\n")
+
+    def spec_chunk(self, spec: SpecCounts) -> bytes:
+        return b""  # in the usage chunk
 
     error_event = _Emitter.error_event  # orjson's dumps, no spacing
 
@@ -260,11 +315,14 @@ class LlamacppShape(SglangShape):
             _dumps(reason), self._tail, _dumps(timings or {})))
 
     def usage(self, prompt: int, completion: int, cached: int | None, reasoning: int,
-              timings: dict | None = None) -> bytes:
+              timings: dict | None = None, spec: SpecCounts | None = None) -> bytes:
         usage = {"completion_tokens": completion, "prompt_tokens": prompt,
                  "total_tokens": prompt + completion}
         return frame(b'data: {"choices":[],%b,"usage":%b,"timings":%b}\n\n' % (
             self._tail, _dumps(usage), _dumps(timings or {})))
+
+    def spec_chunk(self, spec: SpecCounts) -> bytes:
+        return b""  # in `timings`
 
     def error_event(self, message: str, err_type: str, code: int) -> bytes:
         """Every error inside a stream is a `server_error`."""
@@ -296,15 +354,19 @@ class LlamacppShape(SglangShape):
 
 
 def llamacpp_timings(prompt_n: int, cache_n: int, prompt_s: float, predicted_n: int,
-                     predicted_s: float) -> dict[str, float]:
-    """llama-server's `timings` object."""
+                     predicted_s: float, spec: SpecCounts | None = None) -> dict[str, float]:
+    """llama-server's `timings` object (`server_slot_stats::to_json`: the draft tokens and those
+    accepted only for a request that drafted)."""
     prompt_ms, predicted_ms = prompt_s * 1e3, predicted_s * 1e3
-    return {"cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-            "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
-            "predicted_n": predicted_n, "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
-            "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else 0.0}
+    timings = {"cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+               "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+               "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
+               "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+               "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
+               "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else 0.0}
+    if spec is not None and spec.draft_tokens:
+        timings.update(draft_n=spec.draft_tokens, draft_n_accepted=spec.accepted)
+    return timings
 
 
 SHAPES: dict[str, type[SglangShape]] = {  # flavour name -> its emitter; `--flavor` offers these

@@ -73,6 +73,7 @@ def _names_read() -> frozenset[str]:
         names.update(m.accept_counters or ())
         names.update(n for pair in m.cache_counters for n in pair)
         names.update(m.cache_parts or ())
+        names.update(n for n in (m.verify_steps, m.accepted_per_position) if n)
         if m.ttft:
             names.update((f"{m.ttft}_sum", f"{m.ttft}_count"))
     return frozenset(names)
@@ -167,6 +168,44 @@ def router_split(entries: Iterable[dict[str, Any]]) -> list[RouterSplit]:
                     split = {w: _delta(start, end, name, {"worker": w}) or 0.0 for w in workers}
                     out.append(RouterSplit(source, _span(start, end), split))
                     break
+    return out
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """One source's speculative-decoding counters over one cell: their changes from the cell's
+    start scrape to its end scrape (`MetricNames.verify_steps`, the accepted drafts of
+    `accept_counters` and `accepted_per_position`); None, or () per position, where the server
+    has no such counter."""
+
+    source: str
+    flavour: str
+    span: CellSpan
+    verify_steps: float | None
+    accepted_tokens: float | None
+    accepted_per_position: tuple[float, ...]  # draft position 0, 1, ...
+
+
+def spec_counters(entries: Iterable[dict[str, Any]]) -> list[SpecCounters]:
+    """Per source and cell, the speculative-decoding counters' changes; sources of no known
+    flavour, and cells without a start and an end scrape, are left out."""
+    out = []
+    for source, by_cell in _by_source_and_cell(entries).items():
+        flavour = flavour_of([e for cell in by_cell.values() for e in cell])
+        if flavour is None:
+            continue
+        names = flavour.metrics
+        for cell_entries in by_cell.values():
+            start, end = _ends(cell_entries)
+            if start is None or end is None:
+                continue
+            positions = {int(s[1]["position"]) for s in end["samples"]
+                         if s[0] == names.accepted_per_position and str(s[1].get("position", "")).isdigit()}
+            per_position = tuple(_delta(start, end, names.accepted_per_position, {"position": str(p)}) or 0.0
+                                 for p in range(max(positions) + 1)) if positions else ()
+            accepted = _delta(start, end, names.accept_counters[0]) if names.accept_counters else None
+            out.append(SpecCounters(source, flavour.name, _span(start, end), _delta(start, end, names.verify_steps),
+                                    accepted, per_position))
     return out
 
 

@@ -21,6 +21,9 @@ from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint,
 from loadlib.wire.sse import StreamReader, http_error_reason
 
 CHAT_PATH = "/v1/chat/completions"
+# SGLang's request field that has it send its account of the request's speculative decoding
+# (sglext.spec_tokens_details, read by `loadlib.wire.sse.spec_account`; protocol.py of SGLang 0.5.23)
+SPEC_DETAILS_FIELD = "return_spec_tokens_details"
 ERROR_BODY_BYTES = 65536  # of a non-200 answer, enough for its reason; the rest is dropped
 
 
@@ -40,6 +43,7 @@ class ChatSettings:
     api_key: str | None = None
     timeout_s: float = 900.0
     verify_tls: bool = True
+    spec_details: bool = False  # ask for the server's account of speculative decoding (`SPEC_DETAILS_FIELD`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +66,8 @@ def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens
     """The protocol's request body: streaming with usage, temperature 0, thinking switch.
 
     `thinking` (default the settings') "on"/"off" sends `chat_template_kwargs.enable_thinking`;
-    "server" sends no `chat_template_kwargs`, the thread script's exact payload."""
+    "server" sends no `chat_template_kwargs`, the thread script's exact payload. With the settings'
+    `spec_details` it asks SGLang for its account of speculative decoding (`SPEC_DETAILS_FIELD`)."""
     body: dict[str, Any] = {
         "model": settings.model,
         "messages": messages,
@@ -74,6 +79,8 @@ def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens
     mode = thinking or settings.thinking
     if mode != "server":
         body["chat_template_kwargs"] = {"enable_thinking": mode == "on"}
+    if settings.spec_details:
+        body[SPEC_DETAILS_FIELD] = True
     body.update(extra)
     return body
 
@@ -182,6 +189,9 @@ def fill_record(record: RequestRecord, response: Response) -> None:
     if stream.first_answer_at is not None and (stream.chunks_before_answer or record.thinking):
         record.ttfo_s = stream.first_answer_at - sent
     record.reasoning_tokens = stream.reasoning_tokens
+    if stream.spec is not None:
+        (record.spec_verify_steps, record.spec_draft_tokens, record.spec_accepted_tokens,
+         record.spec_accept_histogram) = stream.spec
     transport = response.error
     if transport == "timeout mid-stream" and stream.first_token_at is None:
         transport = "timeout before first token"

@@ -71,6 +71,12 @@ class MetricNames:
     # Requests a router in front of this server sent to each worker (label `worker`), on the
     # router's own page; the first name found counts.
     router_requests: tuple[str, ...] = ()
+    # Speculative decoding per verify step, to check each request's own account against and for
+    # the acceptance by draft position: the verify steps (SGLang's verify calls, counted when a
+    # request finishes; vLLM's and llama.cpp's drafts) and the drafts accepted at each draft
+    # position (label `position`, from 0: the steps that accepted more than that many)
+    verify_steps: str | None = None
+    accepted_per_position: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,8 @@ SGLANG = Flavour(
         requests="sglang:num_requests_total", generated="sglang:generation_tokens_total",
         # sglang-router up to 0.2, then its Model Gateway names (0.3 on), whose circuit breaker
         # counts every request's outcome per worker.
-        router_requests=("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total")),
+        router_requests=("sgl_router_processed_requests_total", "smg_worker_cb_outcomes_total"),
+        verify_steps="sglang:spec_verify_calls_total"),  # observability/metrics_collector.py (0.5.23)
     Probes("sglang", ("/get_server_info", "/server_info"), marks=("tp_size", "internal_states"),
            version_field="version", owned_by="sglang",
            more_paths=(("/get_model_info", "/model_info"),),  # model path, architecture
@@ -131,7 +138,10 @@ VLLM = Flavour(
         cache_gauge="vllm:gpu_prefix_cache_hit_rate", running="vllm:num_requests_running",
         queued="vllm:num_requests_waiting", held_refresh="step", ttft="vllm:time_to_first_token_seconds",
         requests="vllm:request_success_total", generated="vllm:generation_tokens_total",
-        generated_each_step=True),
+        generated_each_step=True,
+        # v1/spec_decode/metrics.py (0.34): prometheus_client adds `_total` to a counter's samples
+        verify_steps="vllm:spec_decode_num_drafts_total",
+        accepted_per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     Probes("vllm", ("/version",), marks=(), version_field="version", owned_by="vllm"),
     server_header="uvicorn")
 LLAMACPP = Flavour(
@@ -147,7 +157,10 @@ LLAMACPP = Flavour(
         # its prompt_tokens_total counts the prompt tokens it computed, the cached ones apart
         cache_parts=("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
         running="llamacpp:requests_processing", queued="llamacpp:requests_deferred",
-        generated="llamacpp:tokens_predicted_total"),
+        generated="llamacpp:tokens_predicted_total",
+        # tools/server/server-task.cpp: its drafts are its verify steps (`n_draft_verif_steps`)
+        verify_steps="llamacpp:spec_decode_num_drafts_total",
+        accepted_per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total"),
     Probes("llama.cpp", ("/props",), marks=("default_generation_settings", "build_info"),
            version_field="build_info", owned_by="llamacpp"),
     server_header="llama.cpp")

@@ -14,12 +14,16 @@ With thinking, a stream carries reasoning first and the answer after it: `first_
 the first chunk with non-empty `content` or a tool call (the time to first output, TTFO, where
 `first_token_at` times the first chunk of either), and `reasoning_tokens` reads the server's
 count from the usage chunk.
+
+The server's account of the request's speculative decoding (`spec_account`) is read from the
+chunks without choices only, which come at the stream's end: the usage chunk and what a server
+adds beside it. Token chunks pay nothing for it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import orjson
 
@@ -40,7 +44,7 @@ class StreamReader:
     __slots__ = ("sent_at", "content_type", "first_token_at", "first_answer_at", "chunks_before_answer",
                  "last_token_at", "done_at", "end_at",
                  "ended", "events", "chunks", "output_chars", "first_read_events", "usage",
-                 "finish_reason", "error", "head", "_head_room", "_partial", "_skipping", "_hasher",
+                 "finish_reason", "error", "spec", "head", "_head_room", "_partial", "_skipping", "_hasher",
                  "_live", "_answer", "_reasoning")
 
     def __init__(self, sent_at: float = 0.0, content_type: str | None = "text/event-stream",
@@ -61,6 +65,7 @@ class StreamReader:
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None  # the first in-stream error event or malformed data
+        self.spec: SpecAccount | None = None  # the server's account of speculative decoding
         self.head = b""  # the body's first bytes (one more than shown), kept only when the
         self._head_room = 0 if _is_event_stream(content_type) else HEAD_BYTES + 1  # type is not SSE
         self._partial: bytearray | None = None  # an incomplete last line
@@ -247,6 +252,10 @@ class StreamReader:
         elif ERROR_KEY in event:
             self._fail(_error_reason(event[ERROR_KEY]))
             return
+        else:  # no choices: the usage chunk, or one a server adds at the end (SGLang's sglext)
+            account = spec_account(event)
+            if account is not None:
+                self.spec = account
         usage = event.get("usage")
         if usage:
             if type(usage) is dict:
@@ -286,6 +295,78 @@ class StreamReader:
         """Keeps the first thing that was wrong; reading goes on (later events still count)."""
         if self.error is None:
             self.error = reason
+
+
+class SpecAccount(NamedTuple):
+    """What a server says of one request's speculative decoding (the record's `spec_*` fields)."""
+
+    verify_steps: int  # the target's passes that checked a draft (llama.cpp: all its passes, see below)
+    draft_tokens: int  # draft tokens proposed
+    accepted_tokens: int  # of those, accepted (the token each step samples itself not counted)
+    histogram: str | None  # verify steps that accepted exactly 0, 1, 2, ... drafts: "12,3,0,5"
+
+
+def spec_account(event: dict[str, Any]) -> SpecAccount | None:
+    """The server's account of the request's speculative decoding in a chunk, in the shape of
+    whichever server sent it; None where the chunk has none, or a malformed one (the figures are
+    the server's: a bad one is left out, it never fails the request).
+
+    - llama.cpp (tools/server/server-common.cpp, `server_slot_stats::to_json`): the last chunk's
+      `timings` has `draft_n` (draft tokens) and `draft_n_accepted`, when the request drafted at
+      all. Its verify steps (`n_draft_verif_steps`) are not sent: they are the target's decode
+      passes, each of which makes one token of its own beside the drafts it accepts, after the
+      first token, which comes from the prompt's pass (server-context.cpp, `n_gen_steps`). So
+      passes = `predicted_n` - 1 - `draft_n_accepted`; a pass without a draft (llama-server drafts
+      at most the tokens left but one) counts as a step that accepted none.
+    - SGLang (0.5.23: entrypoints/openai/serving_chat.py, protocol.py `SpecTokensDetails`): asked
+      with `return_spec_tokens_details`, a chunk without choices after the finish chunk has
+      `sglext.spec_tokens_details`: `spec_verify_ct`, `spec_num_proposed_drafts`,
+      `spec_num_correct_drafts` and `spec_correct_drafts_histogram` (index = drafts accepted).
+    - vLLM (0.29 to 0.34: entrypoints/generate/base/protocol.py `SpeculativeDecodingMetrics`):
+      started with `--per-request-spec-decode-metrics summary` (or `detailed`), its usage chunk has
+      `metrics.speculative_decoding`: `num_spec_steps`, `num_draft_tokens`,
+      `num_accepted_draft_tokens` and `acceptance_histogram` (index = drafts accepted).
+    """
+    timings = event.get("timings")
+    if type(timings) is dict and "draft_n" in timings:
+        drafts, accepted, predicted = (_count(timings, key) for key in ("draft_n", "draft_n_accepted", "predicted_n"))
+        if drafts is None or accepted is None or predicted is None or predicted - 1 < accepted:
+            return None
+        return SpecAccount(predicted - 1 - accepted, drafts, accepted, None)
+    details = _member(event, "sglext", "spec_tokens_details")
+    if details is not None:
+        return _account(details, "spec_verify_ct", "spec_num_proposed_drafts", "spec_num_correct_drafts",
+                        "spec_correct_drafts_histogram")
+    details = _member(event, "metrics", "speculative_decoding")
+    if details is not None:
+        return _account(details, "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens",
+                        "acceptance_histogram")
+    return None
+
+
+def _member(event: dict[str, Any], outer: str, inner: str) -> dict[str, Any] | None:
+    """`event[outer][inner]` when it is an object (or a list of one: SGLang's shape for n > 1)."""
+    holder = event.get(outer)
+    value = holder.get(inner) if type(holder) is dict else None
+    if type(value) is list and len(value) == 1:
+        value = value[0]
+    return value if type(value) is dict else None
+
+
+def _account(details: dict[str, Any], *keys: str) -> SpecAccount | None:
+    """The account under the server's names for verify steps, draft tokens, accepted drafts and
+    the histogram (an empty or malformed histogram is left out, the counts kept)."""
+    verify_steps, draft_tokens, accepted = (_count(details, key) for key in keys[:3])
+    if verify_steps is None or draft_tokens is None or accepted is None:
+        return None
+    bins = details.get(keys[3])
+    valid = type(bins) is list and bins and all(type(n) is int and n >= 0 for n in bins)
+    return SpecAccount(verify_steps, draft_tokens, accepted, ",".join(map(str, bins)) if valid else None)
+
+
+def _count(values: dict[str, Any], key: str) -> int | None:
+    value = values.get(key)
+    return value if type(value) is int and value >= 0 else None
 
 
 def parse_stream(pieces: Iterable[bytes], arrivals: Iterable[float]) -> StreamReader:
