@@ -17,7 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.rundir import Run
-from loadlib.report.charts import CHARTS, Chart, ChartRun, drawn, stacked
+from loadlib.report import charts
+from loadlib.report.charts import Chart, ChartRun, drawn, stacked
 from loadlib.report.contents import RunData
 from loadlib.report.html_runs import by_target
 from loadlib.report.run_figures import RunFigures
@@ -36,12 +37,12 @@ def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
              for run in runs]
     shown = [split for run in whole for split in _servers(run, several=len(runs) > 1)]
     written = []
-    for figure, charts in _figures(CHARTS).items():
-        over = whole if charts[0].whole_run else shown
+    for figure, declared in _figures(charts.CHARTS).items():
+        over = whole if declared[0].whole_run else shown
         pictures = ([(figure.format(run=_safe(run.label)), run.label, [run]) for run in over] if "{run}" in figure
                     else [(figure, "", over)])
         for name, label, drawn_runs in pictures:
-            panels = [found for chart in charts if (found := drawn(chart, drawn_runs)) is not None]
+            panels = [found for chart in declared if (found := drawn(chart, drawn_runs)) is not None]
             if panels:
                 figure_of(panels, label).savefig(out / f"{name}.png", dpi=110)
                 written.append(out / f"{name}.png")

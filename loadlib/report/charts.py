@@ -213,10 +213,16 @@ def drawn_charts(runs: Sequence[ChartRun], whole_runs: Sequence[ChartRun] = (), 
 
 def figures(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drawn charts grouped by the figure they are panels of, in order: `{"figure", "stacked",
-    "charts"}`."""
+    "charts"}`; stacked panels share their x axis' range (`x.range`)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for chart in found:
         grouped.setdefault(chart["figure"], []).append(chart)
+    for panels in grouped.values():
+        if len(panels) > 1 and stacked(panels):  # one x axis: the same range in every panel
+            ends = [v for p in panels for s in p["series"] for v in s["x"]] + \
+                   [v for p in panels for m in p["marks"] if m["axis"] == "x" for v in (m["at"], m["to"]) if v is not None]
+            for p in panels:
+                p["x"]["range"] = [min(ends), max(ends)]
     return [{"figure": name, "stacked": stacked(panels), "charts": panels} for name, panels in grouped.items()]
 
 

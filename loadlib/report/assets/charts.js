@@ -154,7 +154,8 @@ const Charts = (() => {
     const axes = [{label: chart.x.title, ...(ticks ? {splits: () => ticks.map((_, i) => i), values: (u, splits) => splits.map((i) => ticks[i] ?? ""), grid: {show: false}} : {})},
       {label: chart.y.title, scale: "y", size: 60, values: axisValues}];
     if (chart.y2) axes.push({label: chart.y2.title, scale: "y2", side: 1, size: 60, grid: {show: false}, values: axisValues});
-    const scales = {x: {time: false, ...(chart.x.log ? {distr: 3, log: chart.x.log} : {}), ...(ticks ? {range: () => [-0.5, ticks.length - 0.5]} : {})},
+    const xRange = ticks ? () => [-0.5, ticks.length - 0.5] : chart.x.range ? () => ref.chart.x.range : undefined;  // panels of one axis: its span
+    const scales = {x: {time: false, ...(chart.x.log ? {distr: 3, log: chart.x.log} : {}), ...(xRange ? {range: xRange} : {})},
       y: {range: range(ref, false, chart.y.zero, chart.y.log), ...(chart.y.log ? {distr: 3, log: chart.y.log} : {})},
       ...(chart.y2 ? {y2: {range: range(ref, true, chart.y2.zero, chart.y2.log), ...(chart.y2.log ? {distr: 3, log: chart.y2.log} : {})}} : {})};
     const plugins = [decorations(ref)];
