@@ -92,7 +92,7 @@ def draw(ax: Axes, chart: dict[str, Any], label_bands: bool = True, width: int =
         if scale["zero"] or any(s["kind"] == "bar" for s in chart["series"]):
             axis.set_ylim(bottom=0)
         if not scale["log"]:
-            axis.yaxis.set_major_formatter("{x:,.4g}")
+            axis.yaxis.set_major_formatter(_tick)
         axis.margins(y=0.12 if any("text" in s for s in chart["series"]) else 0.05)
     ax.set_xlabel(x["title"])
     ax.set_title(textwrap.fill(chart["title"], width), fontsize=9)
@@ -146,6 +146,11 @@ def _marks(ax: Axes, marks: list[dict[str, Any]], label_bands: bool) -> None:
             continue
         line = ax.axvline if mark["axis"] == "x" else ax.axhline
         line(mark["at"], color=mark["color"], linestyle=LINE[mark["style"]], linewidth=1.2, label=mark["label"])
+
+
+def _tick(value: float, _position: int) -> str:
+    """A tick's value: thousands grouped, small values to 4 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _servers(run: ChartRun, several: bool) -> list[ChartRun]:

@@ -174,12 +174,12 @@ def drawn(chart: Chart, runs: Sequence[ChartRun]) -> dict[str, Any] | None:
                 if entry is None:
                     continue
                 key = str(name) if split else declared.label
-                entry["color"] = _color(declared.color, name) or (
-                    PALETTE[index % len(PALETTE)] if several else PALETTE[keys.setdefault(key, len(keys)) % len(PALETTE)])
+                own = index if several else keys.setdefault(key, len(keys))  # a run's colour, or a name's
+                entry["color"] = _color(declared.color, name) or PALETTE[own % len(PALETTE)]
                 if several and split and declared.style == "solid" and entry["kind"] != "bar":
                     entry["style"] = STYLES[order % len(STYLES)]
                 entry["run"] = index
-                entry["label"] = ": ".join(part for part in (run.label if several else "", entry["label"]) if part)
+                entry["label"] = ": ".join(text for text in (run.label if several else "", entry["label"]) if text)
                 found.append(entry)
             if declared.per_request and run.sample is not None and len(run.sample) < len(run.df):
                 sampled.append({"run": index, "shown": len(run.sample), "total": len(run.df)})
@@ -197,12 +197,12 @@ def drawn(chart: Chart, runs: Sequence[ChartRun]) -> dict[str, Any] | None:
             "series": found, "marks": marks, "sampled": list({s["run"]: s for s in sampled}.values())}
 
 
-def drawn_charts(runs: Sequence[ChartRun], whole_runs: Sequence[ChartRun] = (), live: bool = False,
-                 charts: Sequence[Chart] | None = None) -> list[dict[str, Any]]:
-    """Every declared chart (`CHARTS`, or `charts`) that the runs have points for, in declaration
-    order: over `runs`, a whole-run chart over `whole_runs`; with `live` only the live page's."""
+def drawn_charts(runs: Sequence[ChartRun], whole_runs: Sequence[ChartRun] = (), live: bool = False
+                 ) -> list[dict[str, Any]]:
+    """Every declared chart (`CHARTS`) that the runs have points for, in declaration order: over
+    `runs`, a whole-run chart over `whole_runs`; with `live` only the live page's."""
     found = []
-    for chart in CHARTS if charts is None else charts:
+    for chart in CHARTS:
         if live and not chart.live:
             continue
         shown = drawn(chart, whole_runs if chart.whole_run else runs)
@@ -219,8 +219,9 @@ def figures(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         grouped.setdefault(chart["figure"], []).append(chart)
     for panels in grouped.values():
         if len(panels) > 1 and stacked(panels):  # one x axis: the same range in every panel
+            marks = [m for p in panels for m in p["marks"] if m["axis"] == "x"]
             ends = [v for p in panels for s in p["series"] for v in s["x"]] + \
-                   [v for p in panels for m in p["marks"] if m["axis"] == "x" for v in (m["at"], m["to"]) if v is not None]
+                   [v for m in marks for v in (m["at"], m["to"]) if v is not None]
             for p in panels:
                 p["x"]["range"] = [min(ends), max(ends)]
     return [{"figure": name, "stacked": stacked(panels), "charts": panels} for name, panels in grouped.items()]
@@ -230,8 +231,8 @@ def stacked(panels: Sequence[dict[str, Any]]) -> bool:
     """Whether a figure's panels stack, one above the other (and zoom together): one panel, or
     panels sharing their x axis (a timeline, a search's levels); else they go two a row."""
     first = panels[0]["x"]
-    return len(panels) == 1 or all(not p["x"].get("ticks") and p["x"]["title"] == first["title"] and p["x"]["log"] == first["log"]
-               for p in panels)
+    return len(panels) == 1 or all(
+        not p["x"].get("ticks") and (p["x"]["title"], p["x"]["log"]) == (first["title"], first["log"]) for p in panels)
 
 
 def _series_entry(declared: Series, chart: Chart, part: pd.DataFrame, run: ChartRun, name: str | None
@@ -398,8 +399,9 @@ def _decode_per_scenario(run: ChartRun) -> pd.DataFrame | None:
     single = run.data.tables.single
     if single.empty:
         return None
-    return _frame([scenario_label(s) for s in single.index], single["decode_tps"], low=single["decode_min"],
-                  high=single["decode_max"], text=[f"{v:.1f}" if np.isfinite(v) else None for v in single["decode_tps"]])
+    decode = single["decode_tps"]
+    return _frame([scenario_label(s) for s in single.index], decode, low=single["decode_min"],
+                  high=single["decode_max"], text=[f"{v:.1f}" if np.isfinite(v) else None for v in decode])
 
 
 def _search(run: ChartRun) -> Mapping[str, Any]:
@@ -555,8 +557,12 @@ def _search_chart(key: str, title: str, axis: Axis) -> Chart:
                  kind="scatter", marks=_search_marks(key), applies=_search_judged(key))
 
 
-def _by_length_chart(figure: str, tokens: str, title: str, x: Axis, y: Axis) -> Chart:
-    return Chart(f"by-length-{figure.split('_')[0]}", title, "by_length_{run}", x, y,
+def _by_length_chart(figure: str, tokens: str, y: Axis) -> Chart:
+    """`figure` against `tokens` in the free-running cells: each request, and the report's buckets."""
+    by = tokens.replace("_", " ")
+    title = (f"By length, free-running cells: {y.label} by {by} (a dot per request; p50 solid and p90 dashed per "
+             "bucket of the report's table, at its middle)")
+    return Chart(f"by-length-{figure.split('_')[0]}", title, "by_length_{run}", Axis(f"{by} (usage)", log=2), y,
                  (Series("each request", _by_length_requests(figure, tokens), kind="scatter", per_request=True),
                   Series("p50", _by_length(figure, "p50")), Series("p90", _by_length(figure, "p90"), style="dashed")))
 
@@ -588,12 +594,14 @@ CHARTS: list[Chart] = [
            Series("accept length", _server_gauge("accept_length"), style="dashdot", right=True)),
           y2=Axis("KV use, accept length", zero=True), marks=_cell_bands),
     Chart("ttft-distribution", "TTFT by percentile, per cell (every successful request; linear interpolation)",
-          "ttft_distribution", Axis("percentile"), Axis("TTFT", "s", log_beyond=20), (Series("", _distribution("ttft_s")),)),
+          "ttft_distribution", Axis("percentile"), Axis("TTFT", "s", log_beyond=20),
+          (Series("", _distribution("ttft_s")),)),
     Chart("decode-distribution", "Decode t/s by percentile, per cell (every successful request; linear interpolation)",
           "decode_distribution", Axis("percentile"), Axis("decode", "t/s"), (Series("", _distribution("decode_tps")),)),
     Chart("decode-per-scenario", "Single-stream decode per scenario (bar = mean over rounds, whisker = min-max; "
           "decode = (comp-1)/(total-ttft))", "decode_per_scenario", Axis("scenario"),
-          Axis("decode tokens/s per stream", zero=True), (Series("mean over rounds", _decode_per_scenario),), kind="bar"),
+          Axis("decode tokens/s per stream", zero=True), (Series("mean over rounds", _decode_per_scenario),),
+          kind="bar"),
     Chart("aggregate", "Aggregate tokens/s against concurrency, the protocol's: sum(comp-1) / max(total-ttft) "
           "(N = 1: single-stream code decode; whisker = min-max over rounds; free-running cells at their mean streams "
           "in flight)", "aggregate_vs_concurrency", STREAMS, Axis("aggregate tokens/s", zero=True),
@@ -624,12 +632,8 @@ CHARTS: list[Chart] = [
           (Series("share of blocks meeting the SLO", _level_column("pass_share_blocks")),
            Series("delivered req/s", _level_column("delivered_rps"), style="dashed", right=True)),
           y2=Axis("delivered", "req/s", zero=True), applies=lambda run: bool(_search(run).get("levels"))),
-    _by_length_chart("ttft_s", "prompt_tokens", "By length, free-running cells: TTFT by prompt tokens (a dot per "
-                     "request; p50 solid and p90 dashed per bucket of the report's table, at its middle)",
-                     Axis("prompt tokens (usage)", log=2), Axis("TTFT", "s", zero=True)),
-    _by_length_chart("decode_tps", "completion_tokens", "By length, free-running cells: decode by completion tokens (a dot "
-                     "per request; p50 solid and p90 dashed per bucket of the report's table, at its middle)",
-                     Axis("completion tokens (usage)", log=2), Axis("decode", "t/s per stream", zero=True)),
+    _by_length_chart("ttft_s", "prompt_tokens", Axis("TTFT", "s", zero=True)),
+    _by_length_chart("decode_tps", "completion_tokens", Axis("decode", "t/s per stream", zero=True)),
     _sweep_chart("sweep-capacity", "Server sweep: capacity within the SLO (the search's best level)", "capacity",
                  Axis("capacity (users or req/s)", zero=True), applies=_sweep_has("capacity")),
     _sweep_chart("sweep-steady-decode", "Server sweep: decode t/s of all streams (steady state of the busiest "

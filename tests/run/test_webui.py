@@ -232,9 +232,10 @@ def test_the_live_page_draws_every_chart_declared_live_and_a_new_one(tmp_path):
         page.goto(url + "uni/")
         page.get_by_text("Finished: all 3 cells done").wait_for(timeout=40_000)
         page.wait_for_timeout(1500)  # one more poll, after the last record
-        assert live_charts_drawn(page) == [*(chart.id for chart in charts.CHARTS if chart.live), "toy-completion-tokens"]
+        toy_id = "toy-completion-tokens"
+        assert live_charts_drawn(page) == [*(chart.id for chart in charts.CHARTS if chart.live), toy_id]
         view = page.request.get(url + "uni/figures.json").json()
-        (toy,) = [chart for figure in view["charts"] for chart in figure["charts"] if chart["id"] == "toy-completion-tokens"]
+        (toy,) = [chart for figure in view["charts"] for chart in figure["charts"] if chart["id"] == toy_id]
         drawn = sorted((s["label"], y) for s in toy["series"] for y in s["y"])  # a colour a cell, a point a request
         records = list(read_records(run_dir))
         assert drawn == sorted(("single: code" if r["cell"] == "single" else r["cell"], r["completion_tokens"])
