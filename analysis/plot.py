@@ -109,6 +109,9 @@ def _series(ax: Axes, series: dict[str, Any]) -> None:
     kind = series["kind"]
     if kind == "bar":
         ax.bar(x, np.nan_to_num(y), series["width"], color=color, label=label)
+    elif kind == "span":
+        end = np.array([np.nan if v is None else v for v in series["end"]], dtype="float64")
+        ax.barh(y, end - x, left=x, height=0.6, color=color, label=label)
     elif kind == "scatter":
         few = len(x) < 2000  # a small run's dots stay readable, a large one's do not hide the lines
         solid = series["style"] == "solid"

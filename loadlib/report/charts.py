@@ -6,7 +6,8 @@ draw these declarations with one generic renderer, from `drawn`'s output; so a n
 `Chart` in `CHARTS`, and every medium shows it.
 
 A series' function returns a frame of points: `x`, `y`, and optionally `low`/`high` (a whisker
-per point), `text` (written at the point) and `name` (one line per name: per cell, per verdict).
+per point), `text` (written at the point), `end` (a span's end on x: a lane's turn from its start
+to its end) and `name` (one line per name: per cell, per verdict).
 `drawn` turns a chart over one run or several into plain values: colours (one per run when
 several, else one per name or series), dashes, a categorical axis' positions, grouped bars.
 """
@@ -31,7 +32,7 @@ from loadlib.report.targets import target_runs
 from loadlib.sweep.launch import OK
 from loadlib.truth.scrape import read_scrapes
 
-Kind = Literal["line", "step", "scatter", "bar"]
+Kind = Literal["line", "step", "scatter", "bar", "span"]  # span: a bar across x, from `x` to `end`, at `y`
 Style = Literal["solid", "dashed", "dotted", "dashdot"]
 STYLES: tuple[Style, ...] = ("solid", "dashed", "dotted", "dashdot")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -220,7 +221,7 @@ def figures(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for panels in grouped.values():
         if len(panels) > 1 and stacked(panels):  # one x axis: the same range in every panel
             marks = [m for p in panels for m in p["marks"] if m["axis"] == "x"]
-            ends = [v for p in panels for s in p["series"] for v in s["x"]] + \
+            ends = [v for p in panels for s in p["series"] for key in ("x", "end") for v in s.get(key) or ()] + \
                    [v for m in marks for v in (m["at"], m["to"]) if v is not None]
             for p in panels:
                 p["x"]["range"] = [min(ends), max(ends)]
@@ -248,7 +249,7 @@ def _series_entry(declared: Series, chart: Chart, part: pd.DataFrame, run: Chart
     entry: dict[str, Any] = {"label": ": ".join(p for p in (name, declared.label) if p),
                              "kind": declared.kind or chart.kind, "style": declared.style, "right": declared.right,
                              "x": _values(part["x"]), "y": _values(part["y"])}
-    for optional in ("low", "high", "text"):
+    for optional in ("low", "high", "text", "end"):
         if optional in part:
             entry[optional] = _values(part[optional])
     if declared.per_request and run.sample is not None:

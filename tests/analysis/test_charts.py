@@ -1,7 +1,8 @@
 """Each chart is declared once (`loadlib.report.charts`) and drawn in every medium that shows it:
 report.html (in Debian's headless Chromium, no console error), the PNGs (files made, not empty), the
 live page (`tests/run/test_webui.py`). A new chart is one declaration: a toy chart registered here
-appears in all of them. The runs here have, between them, data for every declared chart."""
+appears in all of them, and so does a swim lane (a span per request). The runs here have, between
+them, data for every declared chart."""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ TOY = Chart("toy-completion-tokens", "Toy: completion tokens of each request at 
             (Series("", lambda run: points.request_points(run.requests, "completion_tokens", run.origin),
                     per_request=True),),
             kind="scatter", live=True)
+
+
+def _lanes(run: ChartRun):
+    """Each request from its send to its end on its stream's lane (`slot`): a swim lane."""
+    df = run.requests
+    return points.request_points(df, "total_s", run.origin).assign(end=lambda p: p["x"] + p["y"], y=df["slot"])
+
+
+LANES = Chart("toy-lanes", "Toy: each request on its stream's lane, from its send to its end", "toy_lanes",
+              Axis("time since the first request", "s"), Axis("stream"), (Series("", _lanes),), kind="span")
 
 
 def level(value: int, verdict: str, ttft: float) -> dict:
@@ -116,17 +127,25 @@ def plot_data(run_dir: Path, chart_id: str) -> dict | None:
 
 
 def test_a_new_chart_is_one_declaration(every_chart, tmp_path, monkeypatch):
-    monkeypatch.setattr(charts, "CHARTS", [*charts.CHARTS, TOY])
+    monkeypatch.setattr(charts, "CHARTS", [*charts.CHARTS, TOY, LANES])
     run = every_chart[0]
     data = page_data([(run.name, run)])
     (toy,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == TOY.id]
     records = data["runs"][0]["requests"]
-    assert sum(len(s["x"]) for s in toy["series"]) == sum(e is None for e in records["columns"]["error"])
-    assert tmp_path / "toy.png" in plot([load_run(run)], tmp_path)
-    assert (tmp_path / "toy.png").read_bytes().startswith(PNG)
+    assert len(toy_points(toy)) == sum(e is None for e in records["columns"]["error"])
+    written = plot([load_run(run)], tmp_path)
+    assert {tmp_path / "toy.png", tmp_path / "toy_lanes.png"} <= set(written)
+    assert all((tmp_path / name).read_bytes().startswith(PNG) for name in ("toy.png", "toy_lanes.png"))
+    (lanes,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == LANES.id]
+    spans = [(x, end) for s in lanes["series"] for x, end in zip(s["x"], s["end"])]
+    assert len(spans) == len(toy_points(toy)) and all(end > x for x, end in spans)
     live = ChartRun("", RunData(records_frame(protocol_run()), {}), live={"t_s": [], "in_flight": [],
                                                                            "tokens_per_s": [], "ttft": []})
     assert TOY.id in [chart["id"] for chart in drawn_charts([live], live=True)]
+
+
+def toy_points(chart: dict) -> list[float]:
+    return [x for s in chart["series"] for x in s["x"]]
 
 
 def test_several_runs_each_have_their_colour_and_label_and_bars_stand_side_by_side():
@@ -145,7 +164,7 @@ def test_several_runs_each_have_their_colour_and_label_and_bars_stand_side_by_si
 def test_every_chart_and_a_new_one_draw_in_report_html_without_a_console_error(every_chart, tmp_path, monkeypatch):
     from tests.run.test_webui import ARTIFACTS, chromium_page
 
-    monkeypatch.setattr(charts, "CHARTS", [*charts.CHARTS, TOY])
+    monkeypatch.setattr(charts, "CHARTS", [*charts.CHARTS, TOY, LANES])
     drawn_ids = set()
     with chromium_page() as page:
         errors: list[str] = []

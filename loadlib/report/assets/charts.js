@@ -39,7 +39,8 @@ const Charts = (() => {
       let lo = Infinity, hi = -Infinity;
       chart.series.forEach((s, i) => {
         if (!!s.right !== right || (u.series[i + 1] && u.series[i + 1].show === false)) return;
-        for (const list of [s.y, s.low, s.high]) for (const v of list || []) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+        const half = s.kind === "span" ? 0.5 : 0;  // a span's lane: half a unit either side
+        for (const list of [s.y, s.low, s.high]) for (const v of list || []) if (v !== null) { lo = Math.min(lo, v - half); hi = Math.max(hi, v + half); }
       });
       if (chart.marks) for (const m of chart.marks) if (m.axis === "y" && !right) { lo = Math.min(lo, m.at); hi = Math.max(hi, m.at); }
       if (lo === Infinity) return [0, 1];
@@ -51,7 +52,7 @@ const Charts = (() => {
   }
 
   function uSeries(s) {
-    const dots = s.kind === "scatter", bars = s.kind === "bar";
+    const dots = s.kind === "scatter", bars = s.kind === "bar" || s.kind === "span";
     return {
       label: s.label, stroke: s.color, fill: bars ? s.color : undefined, width: dots || bars ? 0 : 1.5, dash: DASH[s.style] || [],
       scale: s.right ? "y2" : "y", spanGaps: true,
@@ -107,6 +108,10 @@ const Charts = (() => {
             const y = u.valToPos(v, scale, true);
             ctx.fillStyle = s.color; ctx.fillRect(cx - half, Math.min(y, base), 2 * half, Math.abs(base - y));
           }
+          if (s.kind === "span" && v !== null && s.end[k] !== null) {
+            const top = u.valToPos(v + 0.3, scale, true), bottom = u.valToPos(v - 0.3, scale, true);
+            ctx.fillStyle = s.color; ctx.fillRect(cx, top, Math.max(u.valToPos(s.end[k], "x", true) - cx, px), bottom - top);
+          }
           if (s.low && s.high && s.low[k] !== null && s.high[k] !== null) {
             const y0 = u.valToPos(s.low[k], scale, true), y1 = u.valToPos(s.high[k], scale, true), cap = 4 * px;
             ctx.strokeStyle = s.kind === "bar" ? "#222" : s.color; ctx.lineWidth = px;
@@ -154,7 +159,9 @@ const Charts = (() => {
     const axes = [{label: chart.x.title, ...(ticks ? {splits: () => ticks.map((_, i) => i), values: (u, splits) => splits.map((i) => ticks[i] ?? ""), grid: {show: false}} : {})},
       {label: chart.y.title, scale: "y", size: 60, values: axisValues}];
     if (chart.y2) axes.push({label: chart.y2.title, scale: "y2", side: 1, size: 60, grid: {show: false}, values: axisValues});
-    const xRange = ticks ? () => [-0.5, ticks.length - 0.5] : chart.x.range ? () => ref.chart.x.range : undefined;  // panels of one axis: its span
+    const spanEnd = () => Math.max(...ref.chart.series.flatMap((s) => (s.end || []).filter((v) => v !== null)));
+    const xRange = ticks ? () => [-0.5, ticks.length - 0.5] : chart.x.range ? () => ref.chart.x.range  // panels of one axis: its span
+      : chart.series.some((s) => s.end) ? (u, min, max) => [min, Math.max(max, spanEnd())] : undefined;  // spans to their ends
     const scales = {x: {time: false, ...(chart.x.log ? {distr: 3, log: chart.x.log} : {}), ...(xRange ? {range: xRange} : {})},
       y: {range: range(ref, false, chart.y.zero, chart.y.log), ...(chart.y.log ? {distr: 3, log: chart.y.log} : {})},
       ...(chart.y2 ? {y2: {range: range(ref, true, chart.y2.zero, chart.y2.log), ...(chart.y2.log ? {distr: 3, log: chart.y2.log} : {})}} : {})};
