@@ -15,15 +15,17 @@ import argparse
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from analysis.compare import compare
-from analysis.formats import RENDERERS
 from analysis.panorama import panorama
 from analysis.report import run_report
-from analysis.rundir import Run, RunDirError, by_target, load_run
 from loadlib.figures.goodput import DEFAULT_SLO
+from loadlib.outputs import TABLE_FORMATS, Reading, output
+from loadlib.run_view import RunDirError, read_runs
 
 USAGE_ERROR = 2
+DOCUMENTS = {"report": run_report, "compare": compare, "panorama": panorama}  # what each table command shows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,55 +35,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if labels and len(labels) != len(args.run_dirs):
         parser.error(f"--labels names {len(labels)} runs but {len(args.run_dirs)} were given")
     try:
-        runs = _load(args.run_dirs, labels)
+        views = read_runs(args.run_dirs, labels, slo_ttft_s=getattr(args, "slo_ttft", None),
+                          slo_decode_tps=getattr(args, "slo_decode", None))
     except RunDirError as exc:
         print(f"python -m analysis {args.command}: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    if args.command == "plot":
-        from analysis.plot import plot  # matplotlib takes ~0.5 s to import: only the plot command pays it
-
-        for path in plot(runs, args.out):
-            print(path)
+    if args.command in DOCUMENTS:
+        make = DOCUMENTS[args.command]
+        print(output(args.format).render(Reading(views, lambda: make(views))))
         return 0
     if args.command == "html":
-        return _html(runs, args)
-    document = {
-        "report": lambda: run_report(runs[0], args.slo_ttft, args.slo_decode),
-        "compare": lambda: compare([one for run in runs for one in by_target(run)], args.slo_ttft, args.slo_decode),
-        "panorama": lambda: panorama(runs),
-    }[args.command]()
-    print(RENDERERS[args.format](document))
-    return 0
-
-
-def _html(runs: list[Run], args: argparse.Namespace) -> int:
-    """Writes the page of the runs and prints its path and size; a run without records is bad input."""
-    from loadlib.figures.goodput import goodput_slo
-    from loadlib.report.contents import RunData
-    from loadlib.report.html_page import write_page
-
-    for run in runs:
-        if run.records.empty:
-            print(f"python -m analysis html: {run.path}: no measured request in the run", file=sys.stderr)
+        empty = next((view for view in views if view.records.empty), None)
+        if empty is not None:  # a page of no request is bad input
+            print(f"python -m analysis html: {empty.path}: no measured request in the run", file=sys.stderr)
             return USAGE_ERROR
-    pairs = [(run.label, RunData(run.records, run.manifest, run.path,
-                                 goodput_slo(run.manifest, args.slo_ttft, args.slo_decode))) for run in runs]
     try:
-        path = write_page(pairs, args.out)
+        print(output({"html": "html", "plot": "png"}[args.command]).render(Reading(views, out=Path(args.out))))
     except OSError as exc:
-        print(f"python -m analysis html: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"python -m analysis {args.command}: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return USAGE_ERROR
-    print(f"{path}  ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
-
-
-def _load(run_dirs: list[str], labels: list[str]) -> list[Run]:
-    runs = [load_run(path, label) for path, label in zip(run_dirs, labels or [None] * len(run_dirs))]
-    seen = [run.label for run in runs]
-    if len(set(seen)) < len(seen):  # two runs named alike would share one column
-        runs = [Run(run.path, f"{run.label}#{i + 1}", run.records, run.manifest, run.locust)
-                for i, run in enumerate(runs)]
-    return runs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,10 +85,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_format(parser: argparse.ArgumentParser) -> None:
+    """One option a table format besides text (`loadlib.outputs`), with its module's `HELP`."""
     group = parser.add_mutually_exclusive_group()
-    for name, help_text in (("json", "JSON, full precision"), ("csv", "one tidy CSV: section,row,column,value"),
-                            ("md", "Markdown tables for posting")):
-        group.add_argument(f"--{name}", dest="format", action="store_const", const=name, help=help_text)
+    for name in TABLE_FORMATS[1:]:
+        group.add_argument(f"--{name}", dest="format", action="store_const", const=name,
+                           help=output(name).HELP)
     parser.set_defaults(format="text")
 
 

@@ -12,20 +12,18 @@ every prompt is checked across runs (temperature 0 should make it identical).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from analysis import locust_csv
-from analysis.rundir import Run
 from loadlib.figures import across_runs
-from loadlib.figures.goodput import goodput_slo
 from loadlib.figures.protocol_tables import scenario_order
-from loadlib.report import text
+from loadlib.report import locust_csv, text
 from loadlib.report.document import Document, Section, flatten, rows
 from loadlib.report.protocol import MAX_TOKENS_LISTED, max_tokens_phrase, thinking_phrase
 from loadlib.report.verdicts import judge
+from loadlib.run_view import RunView
 
 SETTINGS = ("model", "target", "tool.version", "server", "protocol.rounds", "protocol.concurrency",
             "protocol.temperature")  # manifest keys (and their sub-keys) worth a row
@@ -44,13 +42,13 @@ APART_H = 6.0  # runs started further apart than this differ in time of day (loa
 CONDITION_CHARS = 40  # a condition's value is shortened to this many characters in the text
 
 
-def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> Document:
-    """Settings, figures and output determinism of the runs, the first run as the reference.
-
-    Goodput targets not given come from each run's own profile."""
+def compare(runs: Sequence[RunView]) -> Document:
+    """Settings, figures and output determinism of the runs, the first run as the reference; an
+    A/B run's or a sweep's servers each a run of their own (`RunView.by_target`). Each run's
+    goodput targets are its view's."""
+    runs = [view for run in runs for view in run.by_target()]
     labels = [run.label for run in runs]
-    slos = [goodput_slo(run.manifest, slo_ttft_s, slo_decode_tps) for run in runs]
-    figures, judged = judge(runs, slos)
+    figures, judged = judge(runs)
     differ = conditions(runs)
     return Document(
         f"Comparison of {len(runs)} runs, differences against {labels[0]}",  # the columns name them all
@@ -59,7 +57,7 @@ def compare(runs: list[Run], slo_ttft_s: float | None = None, slo_decode_tps: fl
         summary={"verdicts": rows(judged.data), "conditions": rows(differ.data)})
 
 
-def settings(runs: list[Run]) -> Section:
+def settings(runs: list[RunView]) -> Section:
     """What each run measured: the manifest's target and model, and the settings in its records."""
     labels = [run.label for run in runs]
     rows: dict[str, dict[str, Any]] = {}
@@ -116,7 +114,7 @@ def _cell(row: Any) -> str:
     return cell + (BEYOND_NOISE if row.beyond_noise else "") + (f" {MISLEADS}" if row.misleads else "")
 
 
-def conditions(runs: list[Run]) -> Section:
+def conditions(runs: list[RunView]) -> Section:
     """How each run's conditions differ from the first run's, one row a difference: the
     manifests' `CONDITIONS`, the records' max_tokens and thinking, and the start times when
     they are more than `APART_H` hours apart. One line of text per difference, or one line
@@ -139,7 +137,7 @@ def conditions(runs: list[Run]) -> Section:
                    keys=("run_b", "key"), left=("conditions",))
 
 
-def _condition_differences(a: Run, b: Run) -> list[tuple[str, str, Any, Any]]:
+def _condition_differences(a: RunView, b: RunView) -> list[tuple[str, str, Any, Any]]:
     """(condition, key, value in a, value in b) for each way run b was taken differently."""
     flat_a, flat_b = flatten(a.manifest), flatten(b.manifest)
     found = []
@@ -194,7 +192,7 @@ def _fitted(head: str, changes: list[str]) -> str:
     return line
 
 
-def determinism(runs: list[Run]) -> Section:
+def determinism(runs: list[RunView]) -> Section:
     """Per prompt: the output hash and completion tokens of each run, flagged where they differ."""
     data = across_runs.output_differences(pd.concat([_outputs(run) for run in runs], ignore_index=True),
                                           runs[0].label)
@@ -209,7 +207,7 @@ def determinism(runs: list[Run]) -> Section:
         data.drop(columns="hashes"), view, keys=("scenario", "run"), left=("scenario", "verdict"))
 
 
-def _outputs(run: Run) -> pd.DataFrame:
+def _outputs(run: RunView) -> pd.DataFrame:
     table = across_runs.outputs_table(run.records)
     table.insert(1, "run", run.label)
     return table

@@ -10,25 +10,26 @@ concurrency against the first run's (two instances at 8 streams against one at 4
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import pandas as pd
 
-from analysis import locust_csv
-from analysis.rundir import Run
 from loadlib.figures import across_runs, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
-from loadlib.report import text
+from loadlib.report import locust_csv, text
 from loadlib.report.document import Document, Section
 from loadlib.report.protocol import CASE_LABELS, case_labels
+from loadlib.run_view import RunView
 from loadlib.scenarios.base import SINGLE
 
 REFERENCE_SCENARIO = "code"
 
 
-def panorama(runs: list[Run]) -> Document:
+def panorama(runs: Sequence[RunView]) -> Document:
     """The grid of configurations, the scaling ratios, and Locust's totals of each run."""
-    tables = {run.label: ProtocolTables.from_frame(run.records) for run in runs}
+    tables = {run.label: run.tables for run in runs}
     return Document(f"Panorama of {len(runs)} runs: {', '.join(tables)}",
-                    [grid(tables), scaling(tables), locust_csv.side_by_side(runs)])
+                    [grid(tables), scaling(tables), locust_csv.side_by_side(list(runs))])
 
 
 def grid(tables: dict[str, ProtocolTables]) -> Section:

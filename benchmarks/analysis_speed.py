@@ -29,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.formats import json
 from analysis.report import run_report
-from analysis.rundir import load_run
+from loadlib.outputs import json
+from loadlib.outputs.text import render_document
 from loadlib.record_table import copy_path
-from loadlib.report import console
 from loadlib.run.manifest import write_manifest
 from loadlib.run.summary_files import write_summary
+from loadlib.run_view import read_run
 from loadlib.scenarios.thread import SINGLE_STREAM_SCENARIOS, different_prompts
 
 T0 = 1_800_000_000.0
@@ -156,17 +156,17 @@ def main() -> None:
 
         started = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            write_summary(run_dir, MANIFEST, None)
+            write_summary(run_dir, None)
         print(f"the run's end (summary.txt, report.html, records.parquet "
               f"{copy_path(journal).stat().st_size / 1e6:,.0f} MB): {time.perf_counter() - started:.2f} s")
 
         started, cpu_started = time.perf_counter(), _cpu_seconds()
-        run = load_run(run_dir)
+        run = read_run(run_dir)
         loaded = time.perf_counter()
-        document = run_report(run)
+        document = run_report([run])
         built = time.perf_counter()
-        text = console.render(document)
-        json.render(document)
+        text = render_document(document)
+        json.render_document(document)
         rendered = time.perf_counter()
         print(f"load {loaded - started:.2f} s, figures {built - loaded:.2f} s, "
               f"render text+json {rendered - built:.2f} s")
@@ -183,7 +183,7 @@ def main() -> None:
 
         aside = copy_path(journal).rename(run_dir / "aside.parquet")  # a run killed before its end: the journal alone
         started, cpu_started = time.perf_counter(), _cpu_seconds()
-        records = load_run(run_dir).records
+        records = read_run(run_dir).records
         aside.rename(copy_path(journal))
         print(f"a run killed before its end (no records.parquet): load {time.perf_counter() - started:.2f} s "
               f"instead (pyarrow's JSON reader), CPU {_cpu_seconds() - cpu_started:.2f} s for {len(records):,} records")

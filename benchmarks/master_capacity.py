@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 from locust.rpc.protocol import Message
 
-from loadlib.records import RequestRecord, read_records
+from loadlib.records import Exchange, RequestLabel, RequestRecord, read_records
 from loadlib.run.intake import RecordIntake
 from loadlib.run.runtime import FLUSH_RECORDS, RECORDS_MESSAGE
 from loadlib.sim.process import start_simulator
@@ -45,11 +45,12 @@ jitter_s = 1.0
 
 def absorb_rate(batches: int = 200) -> tuple[float, float]:
     """(master CPU µs per record, records/s per core) for batches of `FLUSH_RECORDS` records."""
-    record = RequestRecord(request_id="0" * 32, scenario="distinct-issues", cell="closed", concurrency=64,
-                           case="closed", round=0, slot=17, worker=1, user=8, sent_at=time.time(), ttft_s=0.0123,
-                           total_s=0.0456, last_chunk_s=0.0450, completion_tokens=32, prompt_tokens=812,
-                           cached_tokens=32, chunks=9, finish_reason="length", http_status=200,
-                           output_sha="0123456789abcdef", max_tokens=32, cache_observed="cold")
+    label = RequestLabel("distinct-issues", "closed", "closed", kind="distinct-issues", concurrency=64, slot=17,
+                         closed_loop=True)
+    exchange = Exchange(max_tokens=32, sent_at=time.time(), ttft_s=0.0123, total_s=0.0456, last_chunk_s=0.0450,
+                        completion_tokens=32, prompt_tokens=812, cached_tokens=32, chunks=9, finish_reason="length",
+                        http_status=200, output_sha="0123456789abcdef")
+    record = RequestRecord.of(label, exchange, "0" * 32, worker=1, user=8)
     lines = b"\n".join(record.to_json() for _ in range(FLUSH_RECORDS))
     wire = Message(RECORDS_MESSAGE, {"lines": lines, "in_flight": 64}, "worker-1").serialize()
     with tempfile.TemporaryDirectory() as work:

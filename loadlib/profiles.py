@@ -8,12 +8,14 @@ of the run starts.
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Union
 
-from pydantic import (Field, PositiveFloat, PositiveInt, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, Field, PlainSerializer, PositiveFloat, PositiveInt, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 
+from loadlib.figures.goodput import Slo
 from loadlib.modes import MODES
 from loadlib.modes.rounds import RoundsLoad
 from loadlib.modes.search_driver import SearchLoad
@@ -41,11 +43,10 @@ class RequestSpec(Strict):
     thinking: Thinking = DEFAULT_THINKING
 
 
-class Slo(Strict):
-    """Targets for goodput: a request meets the SLO when both figures are met. The search mode
-    judges a level by those of its criteria that are set: this percentile of TTFT at most
-    `ttft_s`; `decode_p` % of requests decoding at least `decode_tps` (the slow tail, so its
-    (100 - decode_p)th percentile); `goodput`: this share of requests meeting both."""
+class SloTable(Strict):
+    """The `[slo]` table as a profile writes it: its keys, their bounds, what needs what. The profile
+    holds it as the one SLO type, `loadlib.figures.goodput.Slo` (`SloField`), which says what each
+    criterion means."""
 
     ttft_s: PositiveFloat | None = None
     decode_tps: PositiveFloat | None = None
@@ -54,7 +55,7 @@ class Slo(Strict):
     goodput: float | None = Field(None, gt=0, le=1)
 
     @model_validator(mode="after")
-    def _targets_for_percentiles(self) -> "Slo":
+    def _targets_for_percentiles(self) -> "SloTable":
         if self.ttft_p is not None and self.ttft_s is None:
             raise ValueError("ttft_p needs ttft_s (the TTFT its percentile must stay under)")
         if self.decode_p is not None and self.decode_tps is None:
@@ -63,10 +64,8 @@ class Slo(Strict):
             raise ValueError("goodput needs ttft_s or decode_tps (what a request must meet)")
         return self
 
-    @property
-    def judges(self) -> bool:
-        """Whether it sets a criterion a level can be judged by (the search mode needs one)."""
-        return self.ttft_p is not None or self.decode_p is not None or self.goodput is not None
+
+SloField = Annotated[SloTable, AfterValidator(lambda table: Slo(**table.model_dump())), PlainSerializer(asdict)]
 
 
 ScenarioSpec = Annotated[Union[tuple(kind.schema for kind in KINDS.values())], Field(discriminator="kind")]
@@ -103,9 +102,14 @@ class Profile(Strict):
     request: RequestSpec = RequestSpec()
     load: Load = RoundsLoad()
     scenarios: dict[str, ScenarioSpec] = Field(default_factory=dict)  # none with mode = "trace"
-    slo: Slo = Field(Slo(), validate_default=True)  # validated even when absent: the search mode needs one
+    slo: SloField = Field({}, validate_default=True)  # validated even when absent: the search mode needs one
     targets: list[TargetSpec] = Field(default_factory=list)  # an A/B run: cells alternate between them
     server: ServerSpec | None = None  # a sweep: the server launched once per configuration
+
+    def servers_table(self) -> str | None:
+        """Where the profile names its servers (an A/B run's `[[targets]]`, a sweep's `[server]`);
+        None where it names none (the run's --host, or the built-in simulator)."""
+        return "[[targets]]" if self.targets else "[server]" if self.server is not None else None
 
     @field_validator("targets")
     @classmethod

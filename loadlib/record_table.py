@@ -1,6 +1,6 @@
 """The records as a table: a pandas DataFrame with a column per record field and the
 per-request figures, built from record dicts (`records_frame`, the live run's coordinator) or
-read from a run's journal (`read_records_frame`: pyarrow's JSON reader, or the exact
+read from a run's journal (`read_journal`: pyarrow's JSON reader, or the exact
 record-by-record reader that names a bad record's file and line).
 
 A run that ends also leaves the journal's columnar copy, `records.parquet`: the same records as a
@@ -35,17 +35,21 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
 from loadlib.figures.formulas import decode_tps, end_to_end_tps, prefill_tps, tok_per_chunk, uncached_prefill_tps
-from loadlib.records import IN_MEMORY_FIELDS, RECORDS_FILE, RequestRecord
+from loadlib.modes.older_records import fill_label_fields
+from loadlib.records import JOURNAL_FIELDS, RECORDS_FILE, RequestRecord
 
 # --- the records as a table ----------------------------------------------------------------------
 
-# The table's columns are the record's fields, typed from their annotations: the identity fields
-# (`int`, no default) as integers, every other number as float (None becomes NaN), the rest text.
-_FIELDS = [f for f in dataclasses.fields(RequestRecord) if f.name not in IN_MEMORY_FIELDS]
+# The table's columns are the journal's fields, typed from their annotations: the identity fields
+# (`int`, no default) as integers, every other number as float (None becomes NaN), flags as
+# booleans, the rest text.
+_FIELDS = sorted((f for f in dataclasses.fields(RequestRecord) if f.name in JOURNAL_FIELDS),
+                 key=lambda f: JOURNAL_FIELDS.index(f.name))
 RECORD_COLUMNS = [f.name for f in _FIELDS]
 INT_COLUMNS = tuple(f.name for f in _FIELDS if f.type == "int" and f.default is dataclasses.MISSING)
 FLOAT_COLUMNS = tuple(f.name for f in _FIELDS if f.name not in INT_COLUMNS
                       and f.type in ("int", "float", "int | None", "float | None"))
+_FLAGS = frozenset((bool, type(None)))
 _ABSENT = dict.fromkeys(RECORD_COLUMNS)
 # What a record measured and when: a JSON object without one of these is not a request record
 # (other fields may be missing in older records or another tool's, and are then missing values).
@@ -111,13 +115,12 @@ def frame_from_columns(columns: Mapping[str, Any] | pd.DataFrame) -> pd.DataFram
     """The records frame (see `records_frame`) from `record_columns`' arrays (or categoricals),
     or from a DataFrame of them, which it then extends in place."""
     df = columns if isinstance(columns, pd.DataFrame) else pd.DataFrame(dict(columns))
+    fill_label_fields(df)  # records from before a label field: what they said of it then
     if TEXT_DTYPE != object:  # pandas 3 infers its string dtype, except for text columns with no text at all
         untyped = [col for col in df.columns if df[col].dtype == object]
         df[untyped] = df[untyped].astype(TEXT_DTYPE)
     if not df["measured"].all():
         df = df[df["measured"]].reset_index(drop=True)
-    if df["target"].isna().any():  # journals from before A/B runs: their one server
-        df["target"] = df["target"].fillna("")
     ok = df["ok"] = df["error"].isna()
     comp, ttft, total = df["completion_tokens"], df["ttft_s"], df["total_s"]
     df["decode_tps"] = decode_tps(comp, ttft, total).where(ok & (total > ttft))
@@ -172,6 +175,10 @@ def _column(name: str, values: tuple[Any, ...]) -> np.ndarray:
             raise ValueError("thinking") from None
     if name == "measured":  # records from before the field existed were all measurements
         return np.array([value is not False for value in values], dtype=bool)
+    if name == "closed_loop":  # None: a record from before the field (`fill_label_fields`)
+        if not _FLAGS.issuperset(map(type, values)):
+            raise TypeError(name)
+        return np.array(values, dtype=object)
     if not _TEXT_TYPES.issuperset(map(type, values)):  # a number or a list where text belongs
         raise TypeError(f"{name}: expected text")
     return np.array(values, dtype=object)  # pandas infers its string dtype
@@ -199,6 +206,8 @@ def _first_bad_record(batch: list[Any], offset: int) -> RecordError:
 def _expected(name: str) -> str:
     if name == "thinking":
         return f"expected true, false, null or one of {', '.join(THINKING_MODES)}"
+    if name == "closed_loop":
+        return "expected true, false or null"
     return "expected a number" if name in FLOAT_COLUMNS or name in INT_COLUMNS else "expected text"
 
 
@@ -219,7 +228,7 @@ def _gc_paused() -> Iterator[None]:
 BLOCK_BYTES = 4 << 20  # journal bytes parsed at a time
 NEWLINE, COMMA, OPEN, CLOSE = b"\n,[]"
 PARALLEL_BYTES = 32 << 20  # a journal this large is read in two halves at once
-GROUPING_COLUMNS = ("cell", "case", "scenario")
+GROUPING_COLUMNS = ("cell", "case", "scenario", "kind")
 _ARROW_READ = pa_json.ReadOptions(block_size=16 << 20)
 try:  # jemalloc, where the wheel has it: mimalloc spent ~1 s of system time on a million records
     _ARROW_POOL = pa.jemalloc_memory_pool()
@@ -228,7 +237,7 @@ except NotImplementedError:
 _TEXT_MAPPER = {pa.string(): TEXT_DTYPE} if TEXT_DTYPE != object else {}
 _ARROW_PARSE = pa_json.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     (name, pa.int64() if name in INT_COLUMNS else pa.float64() if name in FLOAT_COLUMNS
-     else pa.bool_() if name in ("thinking", "measured") else pa.string())
+     else pa.bool_() if name in ("thinking", "measured", "closed_loop") else pa.string())
     for name in RECORD_COLUMNS]))
 
 
@@ -242,7 +251,17 @@ class SkippedLinesWarning(UserWarning):
 
 
 def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False) -> pd.DataFrame:
-    """The `records_frame` of a run directory's journal (or of a records.jsonl itself).
+    """The `records_frame` of a run directory's journal (or of a records.jsonl itself): its
+    measured records (`read_journal`'s first frame)."""
+    return read_journal(path, keep_copy=keep_copy)[0]
+
+
+def read_journal(path: str | os.PathLike[str], *,
+                 keep_copy: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """A run directory's journal (or a records.jsonl itself) in one pass: the `records_frame` of
+    its measured records and, beside it, its unmeasured ones (warm-up, priming, calibration: the
+    server counted them too) as a records frame of their own, marked measured so that it keeps
+    them; None without any.
 
     Reading a million JSON lines is the slowest step of every command: the journal's columnar copy
     is read instead where it matches the journal (`_fresh_copy`); else pyarrow's JSON reader reads
@@ -256,22 +275,42 @@ def read_records_frame(path: str | os.PathLike[str], *, keep_copy: bool = False)
     path = Path(path)
     alone = _copy_alone(path)
     if alone is not None:
-        return _table_frame(_read_copy_alone(alone))
+        return _table_frames(_read_copy_alone(alone))
     path = _journal(path)
     stop = _records_end(path)
     if stop == 0:
-        return exact_frame(path)
+        return _exact_frames(path)
     stamp = _journal_stamp(path, stop)
     table = _fresh_copy(path, stamp)
     if table is None:
         table = _arrow_table(path, stop)
         if table is None:
-            return exact_frame(path)
+            return _exact_frames(path)
         if keep_copy:
             _write_copy(path, stamp, table)
-    frame = _table_frame(table)
+    frames = _table_frames(table)
     _warn_if_torn(path, stop)
-    return frame
+    return frames
+
+
+def split_records(records: Iterable[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Record dicts as `read_journal` gives a journal: the `records_frame` of the measured ones,
+    and the unmeasured ones as a frame of their own (None without any)."""
+    records = list(records)
+    unmeasured = [{**record, "measured": True} for record in records
+                  if isinstance(record, dict) and record.get("measured") is False]
+    return records_frame(records), records_frame(unmeasured) if unmeasured else None
+
+
+def _table_frames(table: Any) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The measured and the unmeasured records' frames (`read_journal`) of the records' Arrow table."""
+    measured = table.column("measured")
+    if pc.all(measured).as_py():
+        return _table_frame(table), None
+    unmeasured = table.filter(pc.invert(measured))
+    unmeasured = unmeasured.set_column(table.schema.get_field_index("measured"), "measured",
+                                       pa.array([True] * unmeasured.num_rows))
+    return _table_frame(table.filter(measured)), _table_frame(unmeasured)
 
 
 def _table_frame(table: Any) -> pd.DataFrame:
@@ -282,41 +321,15 @@ def _table_frame(table: Any) -> pd.DataFrame:
                                               types_mapper=_TEXT_MAPPER.get, memory_pool=_ARROW_POOL))
 
 
-def read_unmeasured_frame(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
-    """The run's unmeasured requests (warm-up, priming, calibration) as a records frame, marked
-    measured so that it keeps them; None without any. A journal holds few: its copy's row groups
-    without one are skipped, or else the journal's lines without one are left out before they are parsed."""
-    unmeasured = [("measured", "==", False)]
-    path = Path(run_dir) / RECORDS_FILE
-    alone = _copy_alone(Path(run_dir))
-    if alone is not None:
-        table = _read_copy_alone(alone, unmeasured)
-    elif not path.is_file():
-        return None
-    else:
-        stop = _records_end(path)
-        table = _fresh_copy(path, _journal_stamp(path, stop), unmeasured) if stop else None
-    if table is not None:
-        if not table.num_rows:
-            return None
-        table = table.set_column(table.schema.get_field_index("measured"), "measured",
-                                 pa.array([True] * table.num_rows))
-        return _table_frame(table)
-    picked = []
-    with open(path, "rb") as journal:
-        for line in journal:
-            if b'"measured":false' in line or b'"measured": false' in line:
-                try:
-                    picked.append({**orjson.loads(line), "measured": True})
-                except orjson.JSONDecodeError:  # a torn last line: the reader of the records warns
-                    continue
-    return records_frame(picked) if picked else None
-
-
 def exact_frame(path: Path) -> pd.DataFrame:
     """The records frame of a journal parsed record by record with orjson (a large journal in two
     halves at once, the second by a forked process, `_Half`): a line that is not JSON, or a record
     of the wrong shape or types, raises `JournalError` naming the file and line."""
+    return _exact_frames(path)[0]
+
+
+def _exact_frames(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """`exact_frame`'s records, the measured and the unmeasured ones apart (`read_journal`)."""
     stop = _records_end(path)
     middle = _line_start_near(path, stop // 2) if stop >= PARALLEL_BYTES else stop
     second = _Half.start(path, middle, stop) if middle < stop else None
@@ -330,10 +343,16 @@ def exact_frame(path: Path) -> pd.DataFrame:
     finally:
         if second is not None:
             second.close()
-    frame = frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
-                                for col, values in columns.items()})
+    measured = columns["measured"]
+    unmeasured = None
+    if not measured.all():
+        unmeasured = {col: values[~measured] for col, values in columns.items()}
+        unmeasured["measured"] = np.ones(len(unmeasured["measured"]), dtype=bool)
+    frames = tuple(frame_from_columns({col: pd.Categorical(values) if col in GROUPING_COLUMNS else values
+                                       for col, values in part.items()}) if part is not None else None
+                   for part in (columns, unmeasured))
     _warn_if_torn(path, stop)
-    return frame
+    return frames
 
 
 def _arrow_table(path: Path, stop: int) -> Any | None:

@@ -1,7 +1,10 @@
 """One typed record per request, and the JSON-lines journal that keeps them.
 
 Every request the tool sends ends as exactly one `RequestRecord`, successful or not: failures
-are records with an `error` reason, never exceptions that escape the run. The journal appends
+are records with an `error` reason, never exceptions that escape the run. A record is made in one
+place, `RequestRecord.of`, from the request's `RequestLabel` (where it belongs in the run, made by
+its cell) and its `Exchange` (what the wire asked and measured); a request whose worker was lost
+gets its failed record from its label alike (`RequestRecord.lost`). The journal appends
 each record as one JSON line and flushes it when the request ends, so a killed run keeps every
 request that had finished; `read_records` yields its records back as dicts.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,33 +25,56 @@ from typing import Any, Iterator
 import orjson
 
 RECORDS_FILE = "records.jsonl"
+MANIFEST_FILE = "manifest.json"  # beside the journal: what was measured, against what (`loadlib.run.manifest`)
 TARGETS_DIR = "targets"  # an A/B run's per-server files (scrapes, server info), one folder per label
 
 
 def target_dir(run_dir: str | os.PathLike[str], label: str) -> Path:
     """Where an A/B run keeps the server-side files of the target labelled `label`."""
     return Path(run_dir) / TARGETS_DIR / label
-IN_MEMORY_FIELDS = ("text", "reasoning_text")  # a record's fields that the journal does not keep
+
+
+# Every prompt shares the chat template's opening (`<|im_start|>user\n`, a default system
+# prompt), which a radix cache matches even for a brand-new prompt; a hit is more than that.
+FRAMING_TOKENS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLabel:
+    """Where a request belongs in the run, made by the run and never by the wire: a cell makes it
+    (`loadlib.scenarios.Cell.label`) from the job it sends, it travels with the request to the
+    process that sends it, and `RequestRecord.of` copies each field into the record's field of
+    the same name. A load mode that labels its requests with more (a conversation, an agent) adds
+    the field here and in `RequestRecord`, and gives it to `Cell.label`; nothing between the cell
+    and the record changes (an assignment carries every field, the builder copies every field)."""
+
+    scenario: str  # what was sent, by name: a prompt ("code") or a profile's scenario ("chat", "long-context-14k")
+    cell: str
+    case: str
+    kind: str = ""  # the scenario's kind ("protocol", "long-context", "trace", ...); "": none (a task's own chat)
+    concurrency: int = 1
+    round: int = 0
+    slot: int = 0  # the stream that sent it
+    target: str = ""
+    closed_loop: bool = False  # sent by one of `concurrency` streams, each when its last request ended
+    scheduled_at: float | None = None  # when it was meant to be sent (wall clock); None: when its stream was free
+    measured: bool = True
+    cache_intended: str = "any"
+    turn: int | None = None
+
+
+LABEL_FIELDS = tuple(f.name for f in dataclasses.fields(RequestLabel))
 
 
 @dataclass(slots=True)
-class RequestRecord:
-    """What one streaming chat request did, in raw measured form (figures are derived later).
+class Exchange:
+    """What the wire did with one request: what it asked (as sent) and what it measured of the
+    answer. Times are seconds; `*_s` fields are offsets from `sent_at` (wall clock, epoch seconds,
+    taken when the request bytes were handed to the kernel)."""
 
-    Times are seconds; `*_s` fields are offsets from `sent_at` (wall clock, epoch seconds,
-    taken when the request bytes were handed to the kernel).
-    """
-
-    request_id: str
-    scenario: str  # prompt/scenario name, e.g. "code", "cn_essay", "code_b"
-    cell: str  # measurement cell, e.g. "single", "c2-same", "c4-different"
-    concurrency: int  # streams started together in this round (1 for single stream)
-    case: str  # "single" | "same" | "different" (or a free-running mode's name)
-    round: int  # round index within the cell, from 0
-    slot: int  # stream index within the round, from 0
-    worker: int  # Locust worker index (0 when running locally)
-    user: int  # user number within that worker
-    sent_at: float
+    max_tokens: int | None = None
+    thinking: bool | None = False  # chat_template_kwargs.enable_thinking as sent; None: not sent
+    sent_at: float = 0.0
     ttft_s: float | None = None  # first chunk with non-empty content/reasoning/tool call
     total_s: float | None = None  # end of stream: the `[DONE]` line, else the response end
     last_chunk_s: float | None = None  # last chunk with non-empty content/reasoning
@@ -59,14 +86,6 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None  # failure reason; None means the request itself succeeded
     output_sha: str | None = None  # sha256 (16 hex) of the concatenated output text
-    max_tokens: int | None = None
-    thinking: bool | None = False  # chat_template_kwargs.enable_thinking as sent; None: not sent
-    cache_intended: str = "any"  # "cold" (flushed, unique) | "warm" (primed, shared) | "any"
-    cache_observed: str | None = None  # "cold" | "warm" from cached_tokens; None: not reported
-    queue_s: float | None = None  # client-side wait: send time minus the scheduled start
-    turn: int | None = None  # turn within a multi-turn conversation, from 0
-    measured: bool = True  # False for warm-up, priming and calibration requests
-    target: str = ""  # an A/B run's server, by its label in the profile's [[targets]]; "": the one server
     # Output chunks read in the same socket read as the first (None: no first token). A read
     # carries the kernel receive stamp of its last segment: at 1 the TTFT is the first token's
     # own arrival; above 1 the server sent them together or the client read late, and the TTFT
@@ -90,11 +109,70 @@ class RequestRecord:
     text: str = field(default="", repr=False)
     reasoning_text: str = field(default="", repr=False)
 
+    @classmethod
+    def asking(cls, body: dict[str, Any]) -> "Exchange":
+        """An exchange of `body` not yet sent: its max_tokens and thinking switch, as sent."""
+        return cls(body.get("max_tokens"), (body.get("chat_template_kwargs") or {}).get("enable_thinking"))
+
+
+EXCHANGE_FIELDS = tuple(f.name for f in dataclasses.fields(Exchange))
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestRecord(Exchange):
+    """What one streaming chat request did, in raw measured form (figures are derived later): its
+    label, who sent it, and its exchange on the wire. `of` and `lost` make every record of a run."""
+
+    request_id: str
+    # its label (`RequestLabel`, whose fields these are)
+    scenario: str
+    cell: str  # "single", "c2-same", "c4-different", "closed", "open-2rps", ...
+    case: str  # "single" | "same" | "different" | a free-running mode's name | "locust"
+    kind: str = ""
+    concurrency: int  # streams the cell runs at once (1 for single stream)
+    round: int  # round index within the cell, from 0
+    slot: int  # stream index within the round, from 0
+    target: str = ""  # an A/B run's server, by its label in the profile's [[targets]]; "": the one server
+    closed_loop: bool = False
+    scheduled_at: float | None = None
+    measured: bool = True  # False for warm-up, priming and calibration requests
+    cache_intended: str = "any"  # "cold" (flushed, unique) | "warm" (primed, shared) | "any"
+    turn: int | None = None  # turn within a multi-turn conversation, from 0
+    # who sent it
+    worker: int  # Locust worker index (0 when running locally; -1: a lost worker's)
+    user: int  # user number within that worker
+    # from its label and its exchange
+    queue_s: float | None = None  # client-side wait: send time minus `scheduled_at`
+    cache_observed: str | None = None  # "cold" | "warm" from cached_tokens; None: not reported
+
+    @classmethod
+    def of(cls, label: RequestLabel, exchange: Exchange, request_id: str, worker: int, user: int) -> "RequestRecord":
+        """The record of a request that `worker`'s `user` sent: its label's fields, its
+        exchange's, and the wait before it went out where it was meant to go at a time."""
+        sent, scheduled = exchange.sent_at, label.scheduled_at
+        return cls._made(label, exchange, request_id, worker, user,
+                         max(sent - scheduled, 0.0) if scheduled is not None and sent else None)
+
+    @classmethod
+    def lost(cls, label: RequestLabel, body: dict[str, Any], request_id: str, reason: str) -> "RequestRecord":
+        """The failed record of a request whose own record can never come (its worker was lost):
+        sent, as far as anyone knows, when it was meant to be, by nobody (worker and user -1)."""
+        exchange = Exchange.asking(body)
+        exchange.sent_at, exchange.error = label.scheduled_at or time.time(), reason
+        return cls._made(label, exchange, request_id, -1, -1, None)
+
+    @classmethod
+    def _made(cls, label: RequestLabel, exchange: Exchange, request_id: str, worker: int, user: int,
+              queue_s: float | None) -> "RequestRecord":
+        """The one place a record is made (`of`, `lost`)."""
+        return cls(request_id=request_id, worker=worker, user=user, queue_s=queue_s,
+                   cache_observed=observed_state(exchange.cached_tokens),
+                   **{name: getattr(label, name) for name in LABEL_FIELDS},
+                   **{name: getattr(exchange, name) for name in EXCHANGE_FIELDS})
+
     def to_dict(self) -> dict[str, Any]:
-        """The record as the journal keeps it (without the texts)."""
-        out = dataclasses.asdict(self)
-        del out["text"], out["reasoning_text"]
-        return out
+        """The record as the journal keeps it (without the texts), its identity first."""
+        return {name: getattr(self, name) for name in JOURNAL_FIELDS}
 
     def to_json(self) -> bytes:
         """The record as one JSON line, in an exact-size copy: orjson (3.12 and later) returns
@@ -105,6 +183,21 @@ class RequestRecord:
     def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+IN_MEMORY_FIELDS = ("text", "reasoning_text")  # a record's fields that the journal does not keep
+# The journal's fields in the order its lines have them: the record's own (its identity), then its exchange.
+JOURNAL_FIELDS = tuple(name for name in (*(f.name for f in dataclasses.fields(RequestRecord)
+                                            if f.name not in EXCHANGE_FIELDS), *EXCHANGE_FIELDS)
+                       if name not in IN_MEMORY_FIELDS)
+
+
+def observed_state(cached_tokens: int | None) -> str | None:
+    """The cache state a request met: "warm" when the prompt itself hit the prefix cache,
+    "cold" when nothing beyond the template's framing did, None when the server did not say."""
+    if cached_tokens is None:
+        return None
+    return "warm" if cached_tokens > FRAMING_TOKENS else "cold"
 
 
 class RecordJournal:

@@ -2,16 +2,17 @@
 delivered, and whether its figures agree with Little's law.
 
 A capacity search (`loadlib.modes.search`) judges each level by the criteria of the profile's
-`[slo]` (`Criteria`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of requests
+`[slo]` (`goodput.Slo`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of requests
 decoding at least `decode_tps` (the (100 - `decode_p`)th percentile of per-request decode);
 `goodput`: that share of requests meeting both targets (`formulas.meets_slo`). A level's
-requests are resampled, and the share of resamples in which every criterion holds
-(`slo_statistics`, `slo_holds`) says how sure the level is: the search judges with resamples of
-single requests (`block=1`), cheap and live; the report adds a moving-block bootstrap
-(`slo_met_share`): resamples made of blocks of `block_length(n)` consecutive requests in send
-order, so that a slow spell (a queue that built up for a while) stays together and counts for
-what it is: one spell, not independent requests. Both are seeded by the level's cells
-(`level_seed`), so a recomputation agrees.
+requests are resampled (`loadlib.figures.bootstrap`), and the share of resamples in which every
+criterion holds (`slo_statistics`, `slo_holds`) says how sure the level is: the search judges with
+resamples of single requests (`block=1`), cheap and live; the report adds a block bootstrap
+(`slo_met_share`): resamples made of blocks of consecutive requests in send order, as long as the
+level's TTFT, decode and SLO met move together from one request to the next
+(`bootstrap.block_length`), so that a slow spell (a queue that built up for a while) stays
+together and counts for what it is: one spell, not independent requests. Both are seeded by the
+level's cells (`level_seed`), so a recomputation agrees.
 
 What a level delivered (`level_flow`), over the steady window of each of its cells
 (`free_running.steady_window`): the successful requests that ended within it per second, the mean
@@ -52,47 +53,19 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import SteadyCell, slo_ttft, steady_cell, steady_requests
-from loadlib.figures.uncertainty import RankedSample, block_resample_indices
+from loadlib.figures.goodput import Slo
+from loadlib.figures.uncertainty import RankedSample
 
-RESAMPLES = 1000  # resamples of a level's requests
-RESAMPLE_CELLS = 4_000_000  # resampled values held at once (the resampling goes in chunks beyond)
 LITTLE_TOLERANCE = 0.10  # in flight and throughput x latency agree within this share
 DEFAULT_P = 90.0  # the percentile taken of a figure the SLO does not judge
-
-CRITERIA = ("ttft_s", "decode_tps", "ttft_p", "decode_p", "goodput")
-
-
-@dataclass(frozen=True)
-class Criteria:
-    """A search's SLO criteria (`loadlib.profiles.Slo`, or the dict the manifest keeps of it); a
-    percentile or share of None is not judged."""
-
-    ttft_s: float | None = None
-    decode_tps: float | None = None
-    ttft_p: float | None = None
-    decode_p: float | None = None
-    goodput: float | None = None
-
-    @classmethod
-    def of(cls, slo: Mapping[str, Any] | Any) -> "Criteria":
-        if isinstance(slo, Mapping):
-            return cls(**{key: slo.get(key) for key in CRITERIA})
-        return cls(**{key: getattr(slo, key, None) for key in CRITERIA})
 
 
 def level_seed(cells: Iterable[str]) -> int:
     """The resampling's seed for a level: from its cells, so the same records give the same answer."""
     return zlib.crc32(",".join(cells).encode())
-
-
-def block_length(n: int) -> int:
-    """The moving-block bootstrap's block: n^(1/3) requests, rounded (at least 1), the order of
-    block length Hall, Horowitz and Jing (1995) find best for a bootstrap estimate of variance. A
-    plain rule, not fitted to a level's own autocorrelation: blocks grow with the level (7 requests
-    of 400, 14 of 3,000) and still leave dozens of blocks to draw from."""
-    return max(1, round(n ** (1 / 3)))
 
 
 def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
@@ -109,18 +82,14 @@ def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft
 def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
                          seed: int, resamples: int = RESAMPLES, block: int = 1) -> np.ndarray:
     """`slo_statistics` of `resamples` resamples of the requests (3 x resamples), by blocks of
-    `block` requests in the order given (`uncertainty.block_resample_indices`), in chunks of bounded memory."""
-    rng = np.random.default_rng(seed)
-    n = len(ttft)
-    chunk = max(RESAMPLE_CELLS // n, 1)
-    parts = []
-    for begin in range(0, resamples, chunk):
-        index = block_resample_indices(rng, n, min(chunk, resamples - begin), block)
-        parts.append(slo_statistics(ttft[index], decode[index], meets[index], ttft_q, decode_q))
-    return np.hstack(parts)
+    `block` requests in the order given (`bootstrap.resampled`)."""
+    def statistics(index: list[np.ndarray]) -> np.ndarray:
+        rows = index[0]
+        return slo_statistics(ttft[rows], decode[rows], meets[rows], ttft_q, decode_q)
+    return resampled(statistics, [len(ttft)], [block], np.random.default_rng(seed), resamples, widths=[3])
 
 
-def slo_holds(stats: np.ndarray, criteria: Criteria) -> np.ndarray:
+def slo_holds(stats: np.ndarray, criteria: Slo) -> np.ndarray:
     """Per column of `slo_statistics`: every criterion the SLO sets holds (a missing figure does not)."""
     held = np.ones(stats.shape[1], dtype=bool)
     if criteria.ttft_p is not None:
@@ -132,7 +101,7 @@ def slo_holds(stats: np.ndarray, criteria: Criteria) -> np.ndarray:
     return held
 
 
-def quantiles(criteria: Criteria) -> tuple[float, float]:
+def quantiles(criteria: Slo) -> tuple[float, float]:
     """The quantiles of TTFT and of decode that the criteria judge (`DEFAULT_P` where not set)."""
     return (criteria.ttft_p or DEFAULT_P) / 100, 1 - (criteria.decode_p or DEFAULT_P) / 100
 
@@ -146,18 +115,23 @@ def judged_requests(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nda
             np.where(ok, frame["decode_tps"].to_numpy(dtype=float), np.nan))
 
 
-def slo_met_share(ok: np.ndarray, ttft: np.ndarray, decode: np.ndarray, criteria: Criteria, seed: int,
+def slo_met_share(ok: np.ndarray, ttft: np.ndarray, decode: np.ndarray, criteria: Slo, seed: int,
                   block: int | None = None, resamples: int = RESAMPLES) -> float | None:
-    """The share of moving-block resamples of a level's requests (in send order, as
-    `judged_requests` gives them) in which every criterion holds; blocks of `block_length(n)`
-    unless `block` is given. None: no requests."""
-    n = len(ok)
-    if not n:
+    """The share of block resamples of a level's requests (in send order, as `judged_requests`
+    gives them) in which every criterion holds; blocks of `level_block` unless `block` is given.
+    None: no requests."""
+    if not len(ok):
         return None
     meets = meets_slo(ok, ttft, decode, criteria.ttft_s, criteria.decode_tps)
     stats = resampled_statistics(ttft, decode, meets, *quantiles(criteria), seed, resamples,
-                                 block_length(n) if block is None else block)
+                                 level_block(ttft, decode, meets) if block is None else block)
     return float(slo_holds(stats, criteria).mean())
+
+
+def level_block(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray) -> int:
+    """The block of a level's requests in send order: as long as its TTFT, its decode or whether
+    it met the SLO needs (`bootstrap.block_length`)."""
+    return block_length(ttft, decode, meets.astype("float64"))
 
 
 @dataclass(frozen=True)
@@ -355,7 +329,7 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
                 cells: Iterable[SteadyCell] | None = None) -> pd.DataFrame:
     """Per level of a capacity search as the manifest keeps it (`search["variable"]`, `search["slo"]`,
     `search["levels"]`, each with its `value` and `cells`): its requests (`n`), the moving-block
-    bootstrap's `block` and `resamples`, `pass_share_blocks` (`slo_met_share` over the level's
+    bootstrap's `block` (`level_block`) and `resamples`, `pass_share_blocks` (`slo_met_share` over the level's
     `judged_requests` in send order, seeded by `level_seed`), its `Flow` (`level_flow`), and Little's
     law there (`littles_law`: `little_holds` within `LITTLE_TOLERANCE`). A level of a rate says what
     it delivered against its offered rate (`delivery`): `delivered_rps` with its interval
@@ -368,7 +342,7 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
     levels = search.get("levels") or []
     if not levels:
         return pd.DataFrame(columns=LEVEL_COLUMNS)
-    criteria = Criteria.of(search.get("slo") or {})
+    criteria = Slo.of(search.get("slo"))
     users = search.get("variable") == "users"
     if cells is None:
         cells = [steady_cell(str(name), group)
@@ -380,11 +354,13 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
         frame = pd.concat([cell[1] for cell in found]).sort_values("sent_at", kind="stable") if found \
             else df.iloc[:0]
         n = len(frame)
-        share = slo_met_share(*judged_requests(frame), criteria, level_seed(level["cells"]))
+        ok, ttft, decode = judged_requests(frame)
+        block = level_block(ttft, decode, meets_slo(ok, ttft, decode, criteria.ttft_s, criteria.decode_tps))
+        share = slo_met_share(ok, ttft, decode, criteria, level_seed(level["cells"]), block)
         measured = level_flow(found)
         law = (littles_law(measured, users=level["value"]) if users
                else littles_law(measured, offered_rps=level["value"]))
-        rows.append({"value": level["value"], "n": n, "block": block_length(n) if n else None,
+        rows.append({"value": level["value"], "n": n, "block": block if n else None,
                      "resamples": RESAMPLES if n else 0, "pass_share_blocks": share, "window_s": measured.window_s,
                      **_delivered(measured, None if users else delivery(frame, level["value"]), users),
                      "throughput_rps": measured.throughput_rps,

@@ -15,7 +15,7 @@ from loadlib.figures.formulas import from_intended_send, meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
 from loadlib.figures.uncertainty import RankedSample, uncertainty_columns
-from loadlib.scenarios.base import SINGLE
+from loadlib.scenarios.base import SINGLE, TRACE_KIND
 
 MAX_LENGTH_BUCKETS = 8
 
@@ -286,8 +286,9 @@ def slo_ttft(group: pd.DataFrame) -> np.ndarray:
 
 
 def scheduled(group: pd.DataFrame) -> bool:
-    """Whether requests were sent on a schedule: their records have an intended send time, so the
-    wait for a free user (`queue_s`). The record says so, whichever mode sent it."""
+    """Whether requests were sent on a schedule: their records have an intended send time
+    (`scheduled_at`), so the wait for a free user (`queue_s`). The record says so, whichever mode
+    sent it."""
     return bool(group["queue_s"].notna().any())
 
 
@@ -300,10 +301,11 @@ STREAMS_HELD_SHARE = 0.9  # a closed-loop cell holding fewer of its streams in f
 
 
 def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Per closed-loop cell (closed, ladder levels): the streams asked for (the records'
-    `concurrency`), the mean in flight over the steady window, and their ratio. Open-loop and a
-    locustfile's own cells are left out: their in-flight count follows arrivals and wait times."""
-    closed_loop = df.loc[isin(df["case"], ("closed", "ladder")), ["cell", "concurrency"]]
+    """Per closed-loop cell (its records' `closed_loop`: closed, ladder levels, a users search's
+    levels): the streams asked for (the records' `concurrency`), the mean in flight over the steady
+    window, and their ratio. Open-loop and a locustfile's own cells are left out: their in-flight
+    count follows arrivals and wait times."""
+    closed_loop = df.loc[df["closed_loop"].to_numpy(dtype=bool), ["cell", "concurrency"]]
     asked = closed_loop.groupby("cell", observed=True)["concurrency"].max()
     table = steady[steady["cell"].isin(asked.index)][["cell", "in_flight"]].copy()
     table["asked"] = table["cell"].map(asked).astype(float)
@@ -312,12 +314,13 @@ def streams_held(steady: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def trace_replay(df: pd.DataFrame) -> pd.DataFrame:
-    """Per replayed trace cell (case "trace"): requests, the rate the trace scheduled and the rate
-    achieved (both over first to last send), lateness percentiles (send time minus scheduled
-    time, `queue_s`), and answers the server stopped before their forced length (`completion_tokens`
-    below `max_tokens` although `ignore_eos` asked for all of it)."""
+    """Per cell that replays a trace (its records' `kind`): requests, the rate the trace scheduled
+    and the rate achieved (both over first to last send), lateness percentiles (send time minus
+    scheduled time, `queue_s`), and answers the server stopped before their forced length
+    (`completion_tokens` below `max_tokens` although `ignore_eos` asked for all of it)."""
     rows = []
-    trace = df.loc[df["case"] == "trace", ["cell", "sent_at", "queue_s", "ok", "completion_tokens", "max_tokens"]]
+    trace = df.loc[isin(df["kind"], (TRACE_KIND,)), ["cell", "sent_at", "queue_s", "ok", "completion_tokens",
+                                                     "max_tokens"]]
     for cell, group in trace.groupby("cell", observed=True, sort=False):
         sent = np.sort(group["sent_at"].to_numpy())
         scheduled = np.sort((group["sent_at"] - group["queue_s"].fillna(0.0)).to_numpy())

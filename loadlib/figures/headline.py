@@ -1,9 +1,10 @@
 """The headline figures of one run as one long table, the common ground of compare and panorama.
 
-One row per figure: its name, value, the min-max range over rounds where the figure has one, and
-whether it misleads: the protocol's aggregate and the overlaps made from it, in a cell whose
-streams did not run together (`protocol_tables.concurrency_table`'s `misleads`), where the
-wall-clock ("window") aggregate is the figure to read.
+One row per figure: its name, value, the min-max range over rounds where the figure has one,
+whether it misleads (the protocol's aggregate and the overlaps made from it, in a cell whose
+streams did not run together, `protocol_tables.concurrency_table`'s `misleads`, where the
+wall-clock ("window") aggregate is the figure to read), and which way is `better`: "higher" for a
+rate, "lower" for a time, None where neither is (tok/chunk: how the stream is cut, not a speed).
 """
 
 from __future__ import annotations
@@ -12,23 +13,26 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import free_running
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables, concurrency_table, single_stream_table
 from loadlib.scenarios.base import SINGLE
 
-FIGURE_COLUMNS = ["figure", "value", "low", "high", "n", "misleads"]
+FIGURE_COLUMNS = ["figure", "value", "low", "high", "n", "misleads", "better"]
+HIGHER, LOWER = "higher", "lower"  # which way a figure is better
 PROTOCOL_AGGREGATE, WINDOW_AGGREGATE = "{} aggregate t/s (protocol)", "{} aggregate t/s (window)"
 
 
-def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
+def headline_figures(df: pd.DataFrame, slo: Slo, tables: ProtocolTables | None = None,
+                     steady: pd.DataFrame | None = None) -> pd.DataFrame:
     """Figures in reading order: single stream, concurrency, steady state (goodput against `slo`),
-    TTFT percentiles."""
-    tables = ProtocolTables.from_frame(df)
+    TTFT percentiles. `tables` and `steady` (the records' `ProtocolTables` and steady-state table
+    against `slo`) where the caller has them already."""
+    tables = ProtocolTables.from_frame(df) if tables is None else tables
     single, conc = tables.single, tables.concurrent
     parts = [
         _rows(single, "{} decode t/s", "decode_tps", "decode_min", "decode_max"),
-        _rows(single, "{} TTFT s", "ttft_s"),
-        _rows(single, "{} tok/chunk", "tok_per_chunk"),
+        _rows(single, "{} TTFT s", "ttft_s", better=LOWER),
+        _rows(single, "{} tok/chunk", "tok_per_chunk", better=None),
         _rows(single, "{} end-to-end t/s", "e2e_tps"),
         _rows(single, "{} forward rate /s", "forward_rate"),
     ]
@@ -41,16 +45,16 @@ def headline_figures(df: pd.DataFrame, slo: GoodputSlo) -> pd.DataFrame:
         _rows(conc, "{} overlap vs per-stream decode x", "overlap_vs_stream_decode", misleads=misleads),
         _rows(conc, "{} overlap vs single-stream decode x", "overlap_vs_single_decode", misleads=misleads),
     ]
-    steady = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps).set_index("cell")
-    parts += [_rows(steady, "{} steady decode t/s", "decode_tps"),
+    steady = (free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps) if steady is None else steady).set_index("cell")
+    parts += [_rows(steady, "{} steady all-streams t/s", "decode_tps"),
               _rows(steady, "{} goodput req/s", "goodput_rps")]
     ttft = tables.ttft
-    parts += [_rows(ttft, "{} TTFT p50 s", "p50"), _rows(ttft, "{} TTFT p99 s", "p99")]
+    parts += [_rows(ttft, "{} TTFT p50 s", "p50", better=LOWER), _rows(ttft, "{} TTFT p99 s", "p99", better=LOWER)]
     return pd.concat(parts, ignore_index=True)
 
 
-def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
-          high: str | None = None, misleads: pd.Series | None = None) -> pd.DataFrame:
+def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None, high: str | None = None,
+          misleads: pd.Series | None = None, better: str | None = HIGHER) -> pd.DataFrame:
     n = table["n"] if "n" in table.columns else pd.Series(np.nan, index=table.index)
     return pd.DataFrame({
         "figure": [name.format(label) for label in table.index],
@@ -59,6 +63,7 @@ def _rows(table: pd.DataFrame, name: str, value: str, low: str | None = None,
         "high": table[high].to_numpy(dtype="float64") if high else np.nan,
         "n": n.to_numpy(dtype="float64"),
         "misleads": misleads.to_numpy(dtype=bool) if misleads is not None else np.zeros(len(table), dtype=bool),
+        "better": better,
     }, columns=FIGURE_COLUMNS)
 
 

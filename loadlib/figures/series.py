@@ -88,14 +88,14 @@ def prefill_points(df: pd.DataFrame, hit: bool) -> pd.DataFrame:
 
 
 def server_timeline(scrapes: Iterable[Mapping[str, Any]], zero: float) -> pd.DataFrame:
-    """The server's own gauges at each `/metrics` scrape (`read_scrapes` of `SERVER_NAMES`), per
-    source with a known flavour: `t_s` (seconds since `zero`), `source` and the `SERVER_SERIES`:
-    requests running and queued, KV-cache use (0-1), accept length (between two scrapes for a
-    counter-based one, the gauge where at least 1). The values as the server gave them, one
-    point a scrape; the per-cell figures stay `server_figures`'."""
+    """The server's own gauges at each `/metrics` scrape (the run's parsed scrapes, `SERVER_NAMES`
+    among the names parsed), per source with a known flavour: `t_s` (seconds since `zero`),
+    `source` and the `SERVER_SERIES`: requests running and queued, KV-cache use (0-1), accept
+    length (between two scrapes for a counter-based one, the gauge where at least 1). The values
+    as the server gave them, one point a scrape; the per-cell figures stay `server_figures`'."""
     by_source: dict[str, list[Mapping[str, Any]]] = {}
     for entry in scrapes:
-        if not entry.get("error") and entry.get("samples"):
+        if not entry.get("error") and any(sample[0] in SERVER_NAMES for sample in entry.get("samples") or ()):
             by_source.setdefault(str(entry.get("source")), []).append(entry)
     parts = []
     for source, entries in by_source.items():

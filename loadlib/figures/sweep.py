@@ -18,7 +18,7 @@ computed by the function the report already uses for it:
 
 A configuration's records, and the figures of them its own sections show too (its steady-state
 table, its cells' steady windows), are those its report computed once for its server
-(`loadlib.report.targets`): the sweep reads them, it does not split or measure again. Pure
+(`loadlib.run_view.RunView.servers`): the sweep reads them, it does not split or measure again. Pure
 functions; `loadlib.report.sweep` words them.
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -38,7 +37,6 @@ from loadlib.figures.uncertainty import percentile_uncertainty
 from loadlib.record_table import records_frame
 from loadlib.sweep.launch import OK
 from loadlib.truth import server_figures
-from loadlib.truth.scrape import read_scrapes
 
 SWEEP_COLUMNS = ["label", "config", "status", "n", "failed", "capacity", "capacity_variable", "capacity_rps",
                  "decode_p50_tps", "decode_p50_ci_low", "decode_p50_ci_high", "steady_decode_tps",
@@ -48,14 +46,14 @@ FIGURES = SWEEP_COLUMNS[5:-2]  # NaN where a configuration has none
 
 
 class Measured(Protocol):
-    """What a configuration's server measured, as its report holds it (`loadlib.report.contents.RunData`):
+    """What a configuration's server measured, as its view holds it (`loadlib.run_view.RunView`):
     its records, their steady-state table against the sweep's SLO and the cells' steady windows, and
-    the directory of its server's scrapes (None: none)."""
+    its server's parsed scrapes (none without)."""
 
-    df: pd.DataFrame
+    records: pd.DataFrame
     steady: pd.DataFrame
     steady_cells: list[free_running.SteadyCell]
-    run_dir: Path | None
+    scrapes: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class ConfigRun:
 
     @property
     def records(self) -> pd.DataFrame:
-        return self.measured.df if self.measured is not None else records_frame([])
+        return self.measured.records if self.measured is not None else records_frame([])
 
 
 def config_runs(measured: Mapping[str, Measured], entries: Sequence[Mapping[str, Any]]) -> list[ConfigRun]:
@@ -129,8 +127,7 @@ def config_figures(run: ConfigRun) -> dict[str, Any]:
                                        / weights.sum())
     tok_per_chunk = server_figures.client_tok_per_chunk(df)
     figures["tok_per_chunk"] = math.nan if tok_per_chunk is None else tok_per_chunk
-    if measured.run_dir is not None:
-        figures["accept_length"] = server_accept_length(measured.run_dir, df)
+    figures["accept_length"] = server_accept_length(measured.scrapes, df)
     return figures
 
 
@@ -155,11 +152,11 @@ def sweep_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     return ordered.astype(object).where(ordered.notna(), None).to_dict("records")
 
 
-def server_accept_length(server_dir: Path, records: pd.DataFrame) -> float:
-    """The server's accept length over the configuration's cells, from the scrapes in `server_dir`
+def server_accept_length(scrapes: list[dict[str, Any]], records: pd.DataFrame) -> float:
+    """The server's accept length over the configuration's cells, from its parsed scrapes
     (`pooled_accept_length`); NaN without scrapes."""
     cells = set(records["cell"])
-    scraped = server_figures.server_cells(read_scrapes(server_dir, server_figures.NAMES_READ), records)
+    scraped = server_figures.server_cells(scrapes, records)
     return pooled_accept_length([cell for cell in scraped if cell.span.cell in cells])
 
 

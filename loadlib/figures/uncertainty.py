@@ -165,18 +165,3 @@ def uncertainty_columns(quantiles: Iterable[float], prefix: str = "") -> list[st
     """The names `percentile_uncertainty` gives, in its order."""
     names = [prefix + percentile_name(q) for q in quantiles]
     return [f"{name}_ci_{end}" for name in names for end in ("low", "high")] + [f"{name}_enough" for name in names]
-
-
-def block_resample_indices(rng: np.random.Generator, n: int, rows: int, block: int = 1,
-                           circular: bool = False) -> np.ndarray:
-    """`rows` block-bootstrap resamples of `range(n)` (rows x n): each row is ceil(n / block) runs
-    of `block` consecutive indices, cut to n. Moving blocks start anywhere from 0 to n - block;
-    `circular` blocks start anywhere and wrap past the end, so every index is as likely as any
-    other. With `block` 1 both are the ordinary bootstrap (the draws of `rng.integers(0, n, (rows, n))`)."""
-    block = min(max(block, 1), n)
-    count = -(-n // block)
-    starts = rng.integers(0, n if circular else n - block + 1, (rows, count))
-    if block == 1:
-        return starts
-    index = (starts[:, :, None] + np.arange(block)).reshape(rows, count * block)[:, :n]
-    return index % n if circular else index

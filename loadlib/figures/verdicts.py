@@ -22,10 +22,10 @@ not), so that the figure is a statistic of its units:
   delivered in it per second; requests sent in it that met the SLO, per second), so that the
   mean of the bins is the figure.
 
-The interval (`verdict`): a seeded bootstrap of B/A - 1, the two runs resampled independently,
-`RESAMPLES` times. Independent units are resampled one at a time; a time series by the circular
-moving-block bootstrap (Politis & Romano 1992) in blocks of `block_length` units, so that its
-autocorrelation (a slow request holds back the next ones; load comes in waves) widens the
+The interval (`verdict`): a seeded bootstrap of B/A - 1, the two runs resampled independently
+(`loadlib.figures.bootstrap`: `RESAMPLES` times, the circular block bootstrap). Independent units
+are resampled one at a time; a time series in blocks of `bootstrap.block_length` units, so that
+its autocorrelation (a slow request holds back the next ones; load comes in waves) widens the
 interval as it should instead of passing for more evidence than there is. The interval is the
 percentile interval, expanded for small samples (Hesterberg 2015, "What teachers should know
 about the bootstrap"): the plain percentile bootstrap is too narrow with few units (it misses
@@ -55,21 +55,17 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import free_running
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
-from loadlib.figures.uncertainty import block_resample_indices, samples_needed
+from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
+from loadlib.figures.uncertainty import LEVEL, samples_needed
 from loadlib.scenarios.base import SINGLE
 
-LEVEL = 0.95
-RESAMPLES = 2000
 SEED = 24  # one seed for every interval: the same runs always give the same output
 EQUIVALENCE_PCT = 1.0  # differences within +-1 % read "not distinguishable" (see the module's doc)
 FEW_SAMPLES = 5  # below this many independent units on either side an interval is a rough one
 MAX_BINS = 100  # time bins of a free-running cell's steady window
-MIN_BLOCKS = 4  # a block is at most a quarter of the series: a resample must mix several
-MAX_RHO = 0.99
 REFERENCE_SCENARIO = "code"  # the single-stream decode the overlap vs single-stream divides by
-CHUNK_VALUES = 2_000_000  # resampled values held at once (a long trace: 2000 x 10,000 requests)
 
 HIGHER, LOWER, SAME, TOO_FEW = "higher", "lower", "not distinguishable", "too few samples"
 
@@ -238,43 +234,11 @@ def ratio_interval(a: Sample, b: Sample, seed: int = SEED, resamples: int = RESA
 
 
 def bootstrap(sample: Sample, rng: np.random.Generator, resamples: int = RESAMPLES) -> np.ndarray:
-    """The figure over `resamples` resamples of the sample, each group resampled by
-    `resample` in its own block length; computed a chunk of resamples at a time."""
-    size = max(len(units) * units.shape[1] for units in sample.groups)
-    chunk = max(1, CHUNK_VALUES // max(size, 1))
-    parts = []
-    for start in range(0, resamples, chunk):
-        count = min(chunk, resamples - start)
-        parts.append(sample.estimator([resample(units, block, rng, count)
-                                       for units, block in zip(sample.groups, sample.blocks)]))
-    return np.concatenate(parts)
-
-
-def resample(units: np.ndarray, block: int, rng: np.random.Generator, count: int) -> np.ndarray:
-    """`count` circular-block bootstrap resamples of `units` (n, width): each is n units made of
-    blocks of `block` consecutive units from uniform starting points, wrapping past the end (so
-    that every unit is as likely as any other); block 1 is the ordinary bootstrap.
-    Shape (count, n, width)."""
-    return units[block_resample_indices(rng, len(units), count, block, circular=True)]
-
-
-def block_length(series: np.ndarray) -> int:
-    """The block length for the circular block bootstrap of a series' mean: Politis & White's
-    (2004) optimal length for an AR(1) series, (6n)^(1/3) (rho / (1 - rho^2))^(2/3), with rho
-    the series' lag-1 autocorrelation (NaN left out; 0 when negative, where independent
-    resampling is already on the safe side), at least 1 and at most a `MIN_BLOCKS`th of the series."""
-    values = np.asarray(series, dtype="float64")
-    n = len(values)
-    present = values[~np.isnan(values)]
-    if len(present) < 4:
-        return 1
-    centred = present - present.mean()
-    spread = float(centred @ centred)
-    if spread <= 0:
-        return 1
-    rho = min(max(float(centred[1:] @ centred[:-1]) / spread, 0.0), MAX_RHO)
-    length = round((6 * n) ** (1 / 3) * (rho / (1 - rho ** 2)) ** (2 / 3))
-    return int(min(max(length, 1), max(1, n // MIN_BLOCKS)))
+    """The figure over `resamples` resamples of the sample (`bootstrap.resampled`), each group in
+    its own block length."""
+    return resampled(lambda index: sample.estimator([units[rows] for units, rows in zip(sample.groups, index)]),
+                     [len(units) for units in sample.groups], sample.blocks, rng, resamples,
+                     widths=[units.shape[1] for units in sample.groups])
 
 
 def expanded_tail(level: float, independent: float) -> float:
@@ -317,7 +281,7 @@ def verdicts_table(a: dict[str, FigureSample], b: dict[str, FigureSample], **opt
 
 # --- the samples of the headline figures -----------------------------------------------------------
 
-def headline_samples(df: pd.DataFrame, slo: GoodputSlo) -> dict[str, FigureSample]:
+def headline_samples(df: pd.DataFrame, slo: Slo) -> dict[str, FigureSample]:
     """Each headline figure's sample (see the module's doc), by the figure's name in
     `headline_figures`; `slo` sets goodput's targets. Figures without units are left out."""
     found = [*_single_samples(df), *_concurrent_samples(df), *_steady_samples(df, slo), *_ttft_samples(df)]
@@ -365,7 +329,7 @@ def _concurrent_samples(df: pd.DataFrame) -> list[FigureSample]:
     return found
 
 
-def _steady_samples(df: pd.DataFrame, slo: GoodputSlo) -> list[FigureSample]:
+def _steady_samples(df: pd.DataFrame, slo: Slo) -> list[FigureSample]:
     found = []
     for cell, group, origin, sent, end, start, stop in free_running.steady_cells(df):
         bins = min(MAX_BINS, int(free_running.steady_requests(sent, start, stop).sum()))
@@ -380,7 +344,7 @@ def _steady_samples(df: pd.DataFrame, slo: GoodputSlo) -> list[FigureSample]:
         per_bin = free_running.steady_state_table(df, slo.ttft_s, slo.decode_tps, cells=[
             (cell, group, origin, sent, end, low, high) for low, high in zip(edges[:-1], highs)])
         decode, goodput = (per_bin[name].to_numpy(dtype="float64") for name in ("decode_tps", "goodput_rps"))
-        found += [FigureSample(f"{cell} steady decode t/s", cell, Sample.of(decode, block=block_length(decode))),
+        found += [FigureSample(f"{cell} steady all-streams t/s", cell, Sample.of(decode, block=block_length(decode))),
                   FigureSample(f"{cell} goodput req/s", cell, Sample.of(goodput, block=block_length(goodput)))]
     return found
 

@@ -19,8 +19,6 @@ from gevent.queue import Queue
 
 from loadlib.modes.base import ModeState
 from loadlib.scenarios import Cell, Mix, Scenario
-from loadlib.scenarios.base import WARMUP
-from loadlib.wire.client import RequestTag
 
 if TYPE_CHECKING:
     from loadlib.run.users import LLMUser
@@ -69,10 +67,7 @@ class ArrivalSlots(ModeState):
             return
         job = arrival.scenario.next(arrival.stream) if arrival.request is None else \
             arrival.scenario.job_for(arrival.request)
-        tag = RequestTag(job.scenario, arrival.cell.name, arrival.cell.concurrency, arrival.cell.case,
-                         slot=arrival.stream, target=arrival.cell.target)
-        record = user.send(user.body_of(job), tag, scheduled_at=arrival.at, job=job,
-                           measured=arrival.cell.name != WARMUP)
+        record = user.send(user.body_of(job), arrival.cell.label(job, arrival.stream, scheduled_at=arrival.at))
         arrival.scenario.observe(job, record.to_dict())
 
     def mine(self, number: int) -> bool:

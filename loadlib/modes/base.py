@@ -19,13 +19,14 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, get_args
 
 import gevent
 from gevent.event import Event
 
-from loadlib.scenarios import ANY, Cell, Job, Scenario
-from loadlib.wire.client import RequestTag
+from loadlib.records import RequestLabel
+from loadlib.scenarios import Cell, Job, Scenario
 
 if TYPE_CHECKING:
     from locust.event import EventHook
@@ -42,25 +43,23 @@ UserKind = Literal["locustfile", "per_scenario", "free_slots"]
 
 @dataclass(slots=True)
 class Assignment:
-    """One request, as sent to the user that will run it."""
+    """One request, as sent to the user that will run it: its body, and its label, whose
+    `scheduled_at` is when to send it (every stream of a round shares it)."""
 
     request_id: str
-    start_at: float  # wall clock; every stream of a round shares it
     body: dict[str, Any]
-    tag: RequestTag
-    cache_intended: str = ANY
-    measured: bool = True
-    turn: int | None = None
+    label: RequestLabel
+
+    @property
+    def start_at(self) -> float:
+        return self.label.scheduled_at or 0.0
 
     def to_message(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, "start_at": self.start_at, "body": self.body,
-                "tag": asdict(self.tag), "cache_intended": self.cache_intended,
-                "measured": self.measured, "turn": self.turn}
+        return {"request_id": self.request_id, "body": self.body, "label": asdict(self.label)}
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> "Assignment":
-        return cls(data["request_id"], data["start_at"], data["body"], RequestTag(**data["tag"]),
-                   data["cache_intended"], data["measured"], data["turn"])
+        return cls(data["request_id"], data["body"], RequestLabel(**data["label"]))
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,7 @@ class Phase:
     started_at: float | None = None
     note: str = ""  # the capacity search's bracket
     target: str = ""  # an A/B run's server now measured
+    unplanned: bool = False  # no plan: every cell runs at once until the test is stopped (own users)
 
     def with_note(self, note: str) -> "Phase":
         return replace(self, note=note)
@@ -90,7 +90,8 @@ class Coordination:
     `dispatch` hands assignments to the users that run them; `announce` sends a message to the
     mode's state on every process that runs users; `capacity` is the users spawned now;
     `streams_in_flight` the requests being sent now, over every process; `flush` empties a
-    server's prefix cache (by target label, "" for the run's one server); `records` reads the run's journal; `note` writes a key of the manifest.
+    server's prefix cache (by target label, "" for the run's one server); `records` reads the
+    run's journal; `note` writes a key of the manifest; `run_dir` is where the run keeps its files.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
@@ -111,6 +112,7 @@ class Coordination:
     request_timeout_s: float = 900.0
     serve: Callable[["Profile"], float] | None = None
     retire: Callable[[str], None] | None = None
+    run_dir: Path | None = None
 
 
 class Driver:
@@ -173,15 +175,13 @@ class Driver:
     def end_cell(self, cell: Cell) -> None:
         self.run.cell_events.fire(cell=cell, phase="end")
 
-    def assign(self, job: Job, cell: Cell, start_at: float, slot: int, round_index: int = 0,
-               measured: bool = True) -> Assignment:
-        """An assignment for `job` in `cell`; its record goes back to the scenario when measured."""
-        tag = RequestTag(scenario=job.scenario, cell=cell.name, concurrency=cell.concurrency,
-                         case=cell.case, round=round_index, slot=slot, target=cell.target)
-        assignment = Assignment(uuid.uuid4().hex, start_at, self.run.build_body(job), tag, job.cache,
-                                measured, job.turn)
-        self._callbacks[assignment.request_id] = (lambda record: cell.scenario.observe(job, record)) if measured \
-            else (lambda record: None)
+    def assign(self, job: Job, cell: Cell, start_at: float, slot: int, round_index: int = 0) -> Assignment:
+        """An assignment for `job` in `cell`, to be sent at `start_at`; its record goes back to
+        the scenario when the cell is measured."""
+        assignment = Assignment(uuid.uuid4().hex, self.run.build_body(job),
+                                cell.label(job, slot, round_index, scheduled_at=start_at))
+        self._callbacks[assignment.request_id] = (lambda record: cell.scenario.observe(job, record)) \
+            if cell.measured else (lambda record: None)
         return assignment
 
     def play_batch(self, assignments: list[Assignment], label: str) -> list[dict[str, Any]]:
@@ -208,9 +208,8 @@ class Driver:
     def prepare(self, scenario: Scenario, target: str = "") -> None:
         """The scenario's priming and calibration, as unmeasured requests one at a time to `target`."""
         def send(jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
-            cell = Cell(purpose, purpose, scenario, 1, target=target)
-            return [self.play_batch([self.assign(job, cell, time.time(), 0, measured=False)], purpose)[0]
-                    for job in jobs]
+            cell = Cell(purpose, purpose, scenario, 1, target=target, measured=False)
+            return [self.play_batch([self.assign(job, cell, time.time(), 0)], purpose)[0] for job in jobs]
         scenario.prepare(send)
 
     def flush_cache(self, target: str = "") -> None:
@@ -344,11 +343,14 @@ class LoadMode:
     `schema` is its `[load]` table (whose `mode` literal names it); `user_kind` says which Locust
     user classes it runs: the locustfile's own (`locustfile`), one per scenario of the profile with
     its weight (`per_scenario`), or free slots that send arrivals (`free_slots`); `fixed_streams`
-    says why the web UI's Edit cannot change its streams (empty: Edit changes them).
+    says why the web UI's Edit cannot change its streams (empty: Edit changes them);
+    `starts_servers` that its driver starts the servers it measures and hands each to the run
+    (`Coordination.serve`), so that the run has none to ask, configure or watch before.
     """
 
     schema: ClassVar[type]
     fixed_streams: ClassVar[str] = ""
+    starts_servers: ClassVar[bool] = False
 
     @property
     def name(self) -> str:

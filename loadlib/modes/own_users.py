@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, Phase
-from loadlib.wire.client import RequestTag
+from loadlib.records import RequestLabel
+from loadlib.scenarios.base import Job
 
 if TYPE_CHECKING:
     from loadlib.profiles import Profile
@@ -22,12 +23,20 @@ if TYPE_CHECKING:
 OWN_CASE = "locust"  # the case of the records a locustfile's own users send
 
 
+def own_label(name: str, users: int, stream: int, job: Job | None = None, **more: Any) -> RequestLabel:
+    """The label of a request that a locustfile's own user sends (no plan, no cell): `name` is its
+    scenario and its cell (its row in Locust's stats), `job` the scenario's job it sends if any,
+    its concurrency the run's users; `more` sets other fields (`target`, `measured`)."""
+    where = {"cell": name, "case": OWN_CASE, "concurrency": users, "slot": stream, **more}
+    return job.label(scenario=name, **where) if job is not None else RequestLabel(name, **where)
+
+
 class OpenEnded(Driver):
     def plan_done(self) -> bool:
         return True  # no plan to finish: Locust's -t or Stop is the end
 
     def play(self) -> None:
-        self.phase = Phase("running", OWN_CASE, OWN_CASE)
+        self.phase = Phase("running", OWN_CASE, OWN_CASE, unplanned=True)
         gevent.sleep(float("inf"))
 
 
@@ -42,8 +51,7 @@ class OwnUsersState(ModeState):
 
     def step(self, user: "ScenarioUser") -> None:
         job = user.scenario.next(user.stream)
-        tag = RequestTag(job.scenario, job.scenario, self.users, OWN_CASE, slot=user.stream)
-        record = user.send(user.body_of(job), tag, job=job)
+        record = user.send(user.body_of(job), own_label(job.scenario, self.users, user.stream, job))
         user.scenario.observe(job, record.to_dict())
 
 

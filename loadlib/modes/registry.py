@@ -21,8 +21,16 @@ MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN,
 
 
 def mode_of(profile: Profile | None) -> LoadMode:
-    """The mode a profile asks for; without one, the locustfile's own users."""
-    return MODES[profile.load.mode] if profile is not None else OWN_USERS
+    """The mode a profile asks for, played once per server of its `[server]` sweep if it has one;
+    without a profile, the locustfile's own users."""
+    if profile is None:
+        return OWN_USERS
+    mode = MODES[profile.load.mode]
+    if profile.server is not None:
+        from loadlib.sweep.play import Sweep  # the sweep's launcher: only the coordinator plays one
+
+        return Sweep(mode)
+    return mode
 
 
 def mode_named(name: str) -> LoadMode:

@@ -19,7 +19,7 @@ from pydantic import Field, PositiveInt
 
 from loadlib.modes.base import (Assignment, Coordination, Driver, LoadMode, ModeState, Phase, alternate, by_position,
                                 target_labels)
-from loadlib.scenarios import COLD, Cell, Job, build_scenarios
+from loadlib.scenarios import COLD, Cell, build_scenarios
 from loadlib.scenarios.base import SINGLE
 from loadlib.scenarios.spec import Strict
 
@@ -93,9 +93,7 @@ class RoundsState(ModeState):
         delay = assignment.start_at - time.time()
         if delay > 0:
             gevent.sleep(delay)
-        job = Job(assignment.tag.scenario, [], cache=assignment.cache_intended, turn=assignment.turn)
-        user.send(assignment.body, assignment.tag, request_id=assignment.request_id,
-                  scheduled_at=assignment.start_at, job=job, measured=assignment.measured, urgent=True)
+        user.send(assignment.body, assignment.label, request_id=assignment.request_id, urgent=True)
 
 
 class Rounds(LoadMode):

@@ -4,13 +4,13 @@ Pure (no Locust, no clock): `loadlib.modes.search_driver.SearchDriver` runs each
 here; the result goes to the manifest, the summary, the report and the plot.
 
 A level is judged on its measured requests by the criteria the profile's `[slo]` sets (see
-`loadlib.profiles.Slo`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of
+`loadlib.figures.goodput.Slo`): TTFT's `ttft_p`th percentile at most `ttft_s`; `decode_p` % of
 requests decoding at least `decode_tps` (the slow tail: the (100 - `decode_p`)th percentile of
 per-request decode); `goodput`: that share of requests meeting both targets (a failure is a miss;
 an answer that came in one read, with no decode rate, is judged on its TTFT, as the steady-state
 goodput is). A percentile from a few dozen requests is noisy, so each figure comes with its
-uncertainty: the level's requests are resampled with replacement (`BOOTSTRAP` times, seeded by
-the level's cells so a recomputation agrees), and `pass_share` is the share of resamples in which
+uncertainty: the level's requests are resampled with replacement (`bootstrap.RESAMPLES` times,
+seeded by the level's cells so a recomputation agrees), and `pass_share` is the share of resamples in which
 every criterion holds (the statistics and the rule are `loadlib.figures.capacity`'s, which the
 report also uses for its moving-block resamples in send order). TTFT is what a user waits for:
 from the intended send where the requests had one (a search over a rate, whose arrivals may wait
@@ -33,21 +33,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
-from loadlib.figures.capacity import (RESAMPLES, Criteria, delivery, judged_requests, quantiles, resampled_statistics,
-                                      slo_holds, slo_statistics)
+from loadlib.figures.capacity import (delivery, judged_requests, quantiles, resampled_statistics, slo_holds,
+                                      slo_statistics)
 from loadlib.figures.free_running import SEND, slo_ttft_from
+from loadlib.figures.goodput import Slo
 from loadlib.scenarios.base import level_cell_name
 
-if TYPE_CHECKING:
-    from loadlib.profiles import Slo
-
-BOOTSTRAP = RESAMPLES  # resamples of a level's requests
 CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
 INTERVAL = (0.05, 0.95)  # the figures' uncertainty: this range of their bootstrap distribution
 HELD, BROKE, CLOSE, FAILED = "held", "broke", "close", "failed"
@@ -86,12 +83,11 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | Non
     SLO's criteria and, offered a rate, against it (see the module docstring)."""
     ok, ttft, decode = judged_requests(frame)
     meets = formulas.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
-    criteria = Criteria.of(slo)
-    ttft_q, decode_q = quantiles(criteria)
+    ttft_q, decode_q = quantiles(slo)
     n = len(frame)
     point = slo_statistics(ttft[None, :], decode[None, :], meets[None, :], ttft_q, decode_q)
     boot = resampled_statistics(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
-    passed = slo_holds(boot, criteria)
+    passed = slo_holds(boot, slo)
     pass_share = float(passed.mean()) if n else 0.0
     failed = int((~ok).sum())
     ttft_from = slo_ttft_from(frame)
@@ -266,7 +262,7 @@ class Search:
         judged, the best level, the bracket, why it stopped, every level in the order tried."""
         close = [level.value for level in self.levels.values()
                  if level.judgement is not None and level.judgement.verdict == CLOSE]
-        return {"variable": self.variable, "slo": slo.model_dump(), "best": self.best,
+        return {"variable": self.variable, "slo": asdict(slo), "best": self.best,
                 "bracket": [self.best, self.first_bad], "stopped": self.stopped, "too_close": close,
                 "levels": [self.levels[value].to_dict() for value in dict.fromkeys(self.order)]}
 

@@ -25,7 +25,8 @@ from loadlib.scenarios.base import WARMUP
 from loadlib.scenarios.spec import Strict
 
 if TYPE_CHECKING:
-    from loadlib.profiles import Profile, Slo
+    from loadlib.figures.goodput import Slo
+    from loadlib.profiles import Profile
     from loadlib.run.config import RunConfig
 
 log = logging.getLogger("uni-bench")
@@ -94,12 +95,13 @@ class Span:
 
     def to_message(self) -> dict[str, Any]:
         return {"cell": self.cell.name, "concurrency": self.cell.concurrency, "start": self.start,
-                "end": self.end, "number": self.number, "rate_rps": self.rate_rps, "target": self.cell.target}
+                "end": self.end, "number": self.number, "rate_rps": self.rate_rps, "target": self.cell.target,
+                "measured": self.cell.measured}
 
     @classmethod
     def from_message(cls, data: dict[str, Any], mix: Scenario) -> "Span":
         cell = Cell(data["cell"], CASE, mix, data["concurrency"], duration_s=data["end"] - data["start"],
-                    target=data["target"])
+                    target=data["target"], measured=data["measured"])
         return cls(cell, data["start"], data["end"], data["number"], data["rate_rps"])
 
 
@@ -192,8 +194,9 @@ class SearchDriver(Driver):
         concurrency = int(value) if users_variable else self.users
         rate = None if users_variable else value
         number = len(self.timeline.spans)
-        spans = [Span(Cell(WARMUP, CASE, self.mix, concurrency, duration_s=self.load.warmup_s, target=self.target), start,
-                      start + self.load.warmup_s, number, rate)] if self.load.warmup_s > 0 else []
+        warmup = Cell(WARMUP, CASE, self.mix, concurrency, duration_s=self.load.warmup_s, target=self.target,
+                      measured=False)
+        spans = [Span(warmup, start, start + self.load.warmup_s, number, rate)] if self.load.warmup_s > 0 else []
         measured_start = start + self.load.warmup_s
         cell = Cell(name, CASE, self.mix, concurrency, duration_s=self.load.duration_s, target=self.target)
         spans.append(Span(cell, measured_start, measured_start + self.load.duration_s, number + len(spans), rate))

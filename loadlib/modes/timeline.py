@@ -19,7 +19,6 @@ import gevent
 from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, alternate, target_labels
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
-from loadlib.wire.client import RequestTag
 
 if TYPE_CHECKING:
     from loadlib.profiles import Profile
@@ -33,7 +32,7 @@ SHAPE_LOOKAHEAD_S = 1.5  # Locust's shape ticks once a second: spawn a level's u
 def with_warmup(measured: list[Cell], mode: str, warmup_s: float) -> list[Cell]:
     """The measured cells, after an unmeasured warm-up of the first one's load when `warmup_s` > 0."""
     first = measured[0]
-    warmup = [Cell(WARMUP, mode, first.scenario, first.concurrency, duration_s=warmup_s)]
+    warmup = [Cell(WARMUP, mode, first.scenario, first.concurrency, duration_s=warmup_s, measured=False)]
     return (warmup if warmup_s > 0 else []) + measured
 
 
@@ -136,8 +135,7 @@ class ScenarioStreams(ModeState):
             gevent.sleep(max(min(self.cells.next_change(now) - now, 0.5), 0.01))
             return  # the run is over, or this stream's level has not begun
         job = user.scenario.next(user.stream)
-        tag = RequestTag(job.scenario, cell.name, cell.concurrency, cell.case, slot=user.stream, target=cell.target)
-        record = user.send(user.body_of(job), tag, job=job, measured=cell.name != WARMUP)
+        record = user.send(user.body_of(job), cell.label(job, user.stream, closed_loop=True))
         user.scenario.observe(job, record.to_dict())
         if record.error:
             gevent.sleep(ERROR_PAUSE_S)  # a failing server is not hammered in a tight loop

@@ -36,7 +36,7 @@ from pydantic import PositiveFloat, PrivateAttr, ValidationInfo, field_validator
 from loadlib.modes.arrivals import Arrival, ArrivalSlots
 from loadlib.modes.base import ModeState
 from loadlib.modes.timeline import TimedMode
-from loadlib.scenarios.base import ANY, WARM, Cell, Job, Scenario, Send, level_cell_name
+from loadlib.scenarios.base import ANY, TRACE_KIND, WARM, Cell, Job, Scenario, Send, level_cell_name
 from loadlib.scenarios.longcontext import DEFAULT_CHARS_PER_TOKEN, Calibration, Filler
 from loadlib.scenarios.spec import Strict, beside_the_profile
 
@@ -145,7 +145,7 @@ class TracePrompts(Scenario):
     ask) and of a tag. A line shorter than the frame is sent as the frame alone.
     """
 
-    kind = "trace"
+    kind = TRACE_KIND
 
     def __init__(self, salt: str, params: dict[str, Any] | None = None) -> None:
         super().__init__(params, self.kind)
@@ -208,7 +208,8 @@ class TracePrompts(Scenario):
         contents = ["", _prompt("", "", nonce), *(_prompt("", text[:chars], nonce) for chars in stretches),
                     _prompt(blocks, text[TAG_PROBE_BLOCKS * quarter:tagged], nonce)]
         params = {**self.params, "max_tokens": PROBE_ANSWER_TOKENS}
-        jobs = [Job("calibrate", [{"role": "user", "content": content}], params) for content in contents]
+        jobs = [Job("calibrate", [{"role": "user", "content": content}], params, kind=self.kind)
+                for content in contents]
         template, frame, *measured, tagged_tokens = [record.get("prompt_tokens") for record in send(jobs, "calibrate")]
         calibration = self.calibration
         self._template_tokens = template or 0

@@ -1,7 +1,7 @@
 """Every chart, declared once as data: its title, axes and units, how it is drawn (line, step,
 scatter, bar), its series (each a function of the run that gives points, from `loadlib.figures`),
 which runs it applies to, and the picture it is a panel of. report.html (`assets/charts.js` with
-uPlot), the PNGs (`analysis/plot.py`, matplotlib) and the live page (the same `charts.js`) each
+uPlot), the PNGs (`loadlib/outputs/png.py`, matplotlib) and the live page (the same `charts.js`) each
 draw these declarations with one generic renderer, from `drawn`'s output; so a new chart is one
 `Chart` in `CHARTS`, and every medium shows it.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,12 +25,12 @@ import pandas as pd
 from loadlib.figures import free_running
 from loadlib.figures import series as points
 from loadlib.figures.capacity import level_table
-from loadlib.figures.sweep import config_runs, sweep_table
-from loadlib.report.contents import RunData
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
-from loadlib.report.targets import target_runs
+from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
-from loadlib.truth.scrape import read_scrapes
+
+if TYPE_CHECKING:
+    from loadlib.run_view import RunView
 
 Kind = Literal["line", "step", "scatter", "bar", "span"]  # span: a bar across x, from `x` to `end`, at `y`
 Style = Literal["solid", "dashed", "dotted", "dashdot"]
@@ -60,22 +60,24 @@ class Axis:
 
 @dataclass
 class ChartRun:
-    """One run as the charts read it: its label, its records and figures (`data`); where a medium
-    draws fewer points than requests, the records it draws one point each for (`sample`: report.html's
-    thinned requests, whose rows its points then name); the live page's running series (`live`,
-    seconds since the first request: `t_s`, `tokens_per_s`, `in_flight`, `ttft` as [t, s]); Locust's
-    own CSV history, where the run directory has one."""
+    """One run as the charts read it: its view (`loadlib.run_view.RunView`: its label, records,
+    figures, scrapes and Locust's own CSV history); where a medium draws fewer points than
+    requests, the records it draws one point each for (`sample`: report.html's thinned requests,
+    whose rows its points then name); the live page's running series (`live`, seconds since the
+    first request: `t_s`, `tokens_per_s`, `in_flight`, `ttft` as [t, s])."""
 
-    label: str
-    data: RunData
+    view: RunView
     sample: pd.DataFrame | None = None
     live: Mapping[str, list[Any]] | None = None
-    locust_history: pd.DataFrame | None = None
     _shared: dict[Callable[["ChartRun"], Any], Any] = field(default_factory=dict, repr=False)
 
     @property
+    def label(self) -> str:
+        return self.view.label
+
+    @property
     def df(self) -> pd.DataFrame:
-        return self.data.df
+        return self.view.records
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -332,16 +334,14 @@ def _live_ttft(run: ChartRun) -> pd.DataFrame | None:
 
 
 def _locust_users(run: ChartRun) -> pd.DataFrame | None:
-    history = run.locust_history
+    history = run.view.locust.history
     if history is None or not {"Timestamp", "User Count"} <= set(history.columns) or run.df.empty:
         return None
     return _frame(history["Timestamp"] - run.origin, history["User Count"])
 
 
 def _server(run: ChartRun) -> pd.DataFrame:
-    run_dir = run.data.run_dir
-    return points.server_timeline(read_scrapes(run_dir, points.SERVER_NAMES) if run_dir is not None else [],
-                                  run.origin)
+    return points.server_timeline(run.view.scrapes, run.origin)
 
 
 def _server_gauge(key: str) -> Points:
@@ -358,7 +358,7 @@ def _distribution(figure: str) -> Points:
 
 
 def _single_code(run: ChartRun) -> float:
-    single = run.data.tables.single
+    single = run.view.tables.single
     return float(single["decode_tps"].get("code", np.nan)) if not single.empty else math.nan
 
 
@@ -366,7 +366,7 @@ def _aggregate(value: str, low: str, high: str) -> Points:
     """The protocol's aggregate (or the wall-clock window's) against N per kind of cell, with the
     single-stream code decode at N = 1; whiskers min-max over rounds."""
     def aggregate(run: ChartRun) -> pd.DataFrame:
-        tables = run.data.tables
+        tables = run.view.tables
         single = _single_code(run)
         rows = tables.concurrent[tables.concurrent[value].notna()]
         parts = []
@@ -381,7 +381,7 @@ def _aggregate(value: str, low: str, high: str) -> Points:
 
 
 def _linear_scaling(run: ChartRun) -> pd.DataFrame | None:
-    single, concurrent = _single_code(run), run.data.tables.concurrent
+    single, concurrent = _single_code(run), run.view.tables.concurrent
     if math.isnan(single) or concurrent["aggregate_tps"].isna().all():
         return None
     top = int(concurrent["concurrency"].max())
@@ -389,7 +389,7 @@ def _linear_scaling(run: ChartRun) -> pd.DataFrame | None:
 
 
 def _steady(run: ChartRun) -> pd.DataFrame | None:
-    steady = run.data.steady
+    steady = run.view.steady
     if steady.empty:
         return None
     rows = steady[steady["in_flight"].notna() & steady["decode_tps"].notna()].sort_values("in_flight", kind="stable")
@@ -397,7 +397,7 @@ def _steady(run: ChartRun) -> pd.DataFrame | None:
 
 
 def _decode_per_scenario(run: ChartRun) -> pd.DataFrame | None:
-    single = run.data.tables.single
+    single = run.view.tables.single
     if single.empty:
         return None
     decode = single["decode_tps"]
@@ -406,7 +406,7 @@ def _decode_per_scenario(run: ChartRun) -> pd.DataFrame | None:
 
 
 def _search(run: ChartRun) -> Mapping[str, Any]:
-    return run.data.manifest.get("search") or {}
+    return run.view.manifest.get("search") or {}
 
 
 def _levels(run: ChartRun) -> pd.DataFrame:
@@ -479,7 +479,7 @@ def _search_marks(key: str) -> Callable[[ChartRun], list[Mark]]:
 
 
 def _level_table(run: ChartRun) -> pd.DataFrame:
-    return level_table(run.df, _search(run), run.data.steady_cells).sort_values("value", kind="stable")
+    return level_table(run.df, _search(run), run.view.steady_cells).sort_values("value", kind="stable")
 
 
 def _level_column(column: str) -> Points:
@@ -513,16 +513,10 @@ def _by_length_requests(figure: str, tokens: str) -> Points:
     return requests
 
 
-def _sweep(run: ChartRun) -> pd.DataFrame:
-    data = run.data
-    servers = target_runs(data.df, data.manifest, data.run_dir, data.targets)
-    return sweep_table(config_runs({server.label: server.data for server in servers}, data.manifest.get("sweep") or []))
-
-
 def _sweep_bars(column: str, ci: str | None = None) -> Points:
     """One bar per configuration in the order run; one that did not serve has its status instead."""
     def bars(run: ChartRun) -> pd.DataFrame:
-        table = run.shared(_sweep)
+        table = run.view.sweep_table
         frame = _frame(table["label"].astype(str), table[column].astype(float),
                        text=[None if status == OK else str(status) for status in table["status"]])
         if ci is not None:
@@ -532,17 +526,18 @@ def _sweep_bars(column: str, ci: str | None = None) -> Points:
 
 
 def _is_sweep(run: ChartRun) -> bool:
-    return bool(run.data.manifest.get("sweep"))
+    return bool(run.view.manifest.get("sweep"))
 
 
 def _sweep_has(column: str, present: bool = True) -> Callable[[ChartRun], bool]:
-    return lambda run: _is_sweep(run) and bool(run.shared(_sweep)[column].notna().any()) == present
+    return lambda run: _is_sweep(run) and bool(run.view.sweep_table[column].notna().any()) == present
 
 
 SECONDS = Axis("time since the first request", "s")
 STREAMS = Axis("concurrent streams N")
 LEVEL = Axis("level (users, closed loop; or offered req/s, open loop)")
 CONFIGURATION = Axis("configuration")
+PER_STREAM = Axis("decode", "t/s per stream", zero=True)  # a request's decode; ALL_STREAMS: every stream's per second
 
 
 def _sweep_chart(id_: str, title: str, column: str, axis: Axis, ci: str | None = None,
@@ -575,9 +570,9 @@ CHARTS: list[Chart] = [
            Series("Locust users (from its CSV history)", _locust_users),
            Series("in flight now (live, from streams as they arrive)", _live("in_flight"), style="dashed")),
           kind="step", marks=_cell_bands, live=True),
-    Chart("timeline-decode", "Client: decode tokens/s of all streams", "timeline_{run}", SECONDS,
-          Axis("tokens/s", zero=True),
-          (Series("decode tokens/s (finished requests' records)", lambda run: run.shared(_timeline).pipe(
+    Chart("timeline-decode", f"Client: {ALL_STREAMS} (decode tokens of every stream per second)", "timeline_{run}",
+          SECONDS, Axis("tokens/s", zero=True),
+          (Series(f"{ALL_STREAMS} (finished requests' records)", lambda run: run.shared(_timeline).pipe(
               lambda t: _frame(t["t_s"], t["decode_tps"]))),
            Series("output tokens/s (live: chunks as they arrive x tokens per chunk so far)", _live("tokens_per_s"),
                   style="dashed")),
@@ -598,7 +593,7 @@ CHARTS: list[Chart] = [
           "ttft_distribution", Axis("percentile"), Axis("TTFT", "s", log_beyond=20),
           (Series("", _distribution("ttft_s")),)),
     Chart("decode-distribution", "Decode t/s by percentile, per cell (every successful request; linear interpolation)",
-          "decode_distribution", Axis("percentile"), Axis("decode", "t/s"), (Series("", _distribution("decode_tps")),)),
+          "decode_distribution", Axis("percentile"), PER_STREAM, (Series("", _distribution("decode_tps")),)),
     Chart("decode-per-scenario", "Single-stream decode per scenario (bar = mean over rounds, whisker = min-max; "
           "decode = (comp-1)/(total-ttft))", "decode_per_scenario", Axis("scenario"),
           Axis("decode tokens/s per stream", zero=True), (Series("mean over rounds", _decode_per_scenario),),
@@ -625,7 +620,7 @@ CHARTS: list[Chart] = [
     _search_chart("ttft", "Capacity search: TTFT at the SLO's percentile per level (whisker: 5%-95% bootstrap "
                   "range; colour: the level's verdict)", Axis("TTFT", "s", zero=True)),
     _search_chart("decode", "Capacity search: decode t/s of the slow tail the SLO judges, per level",
-                  Axis("decode", "t/s", zero=True)),
+                  PER_STREAM),
     _search_chart("goodput", "Capacity search: share of requests meeting the targets, per level",
                   Axis("share of requests", zero=True)),
     Chart("search-levels", "Capacity search: each level's SLO pass share in moving blocks (left) and delivered "
@@ -634,14 +629,14 @@ CHARTS: list[Chart] = [
            Series("delivered req/s", _level_column("delivered_rps"), style="dashed", right=True)),
           y2=Axis("delivered", "req/s", zero=True), applies=lambda run: bool(_search(run).get("levels"))),
     _by_length_chart("ttft_s", "prompt_tokens", Axis("TTFT", "s", zero=True)),
-    _by_length_chart("decode_tps", "completion_tokens", Axis("decode", "t/s per stream", zero=True)),
+    _by_length_chart("decode_tps", "completion_tokens", PER_STREAM),
     _sweep_chart("sweep-capacity", "Server sweep: capacity within the SLO (the search's best level)", "capacity",
                  Axis("capacity (users or req/s)", zero=True), applies=_sweep_has("capacity")),
-    _sweep_chart("sweep-steady-decode", "Server sweep: decode t/s of all streams (steady state of the busiest "
-                 "free-running cell)", "steady_decode_tps", Axis("decode", "t/s", zero=True),
+    _sweep_chart("sweep-steady-decode", f"Server sweep: {ALL_STREAMS} (decode tokens of every stream per second, "
+                 "steady state of the busiest free-running cell)", "steady_decode_tps", Axis(ALL_STREAMS, zero=True),
                  applies=_sweep_has("capacity", present=False)),
     _sweep_chart("sweep-decode-p50", "Server sweep: decode t/s per request, p50 (whisker: 95 % CI)", "decode_p50_tps",
-                 Axis("decode", "t/s", zero=True), ci="decode_p50"),
+                 PER_STREAM, ci="decode_p50"),
     _sweep_chart("sweep-ttft-p50", "Server sweep: TTFT p50 (whisker: 95 % CI)", "ttft_p50_s",
                  Axis("TTFT", "s", zero=True), ci="ttft_p50"),
     _sweep_chart("sweep-accept-length", "Server sweep: accept length (the server's tokens per target forward)",

@@ -8,13 +8,15 @@ table. No aggregate is computed from the thinned points."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from loadlib.report.charts import ChartRun, drawn_charts, figures
-from loadlib.report.contents import RunData
+
+if TYPE_CHECKING:
+    from loadlib.run_view import RunView
 
 MAX_POINTS = 4000  # per-request points (and table rows) a run; more adds bytes, not information
 SLOWEST = 200  # the highest TTFTs, always among them
@@ -23,12 +25,12 @@ REQUEST_COLUMNS = ["request_id", "cell", "scenario", "round", "slot", "worker", 
                    "http_status", "error"]
 
 
-def page_charts(shown: Sequence[tuple[str, RunData]], given: Sequence[tuple[str, RunData]]) -> list[dict[str, Any]]:
+def page_charts(shown: Sequence[RunView], given: Sequence[RunView]) -> list[dict[str, Any]]:
     """Every chart the page's runs (`shown`: split by server) have data for, a whole-run chart (a
     sweep's) over the runs as `given`, by figure (`charts.figures`); a request's point from the
     run's kept requests."""
-    return figures(drawn_charts([ChartRun(label, run, sample=kept(run.df)) for label, run in shown],
-                                [ChartRun(label, run) for label, run in given]))
+    return figures(drawn_charts([ChartRun(view, sample=kept(view.records)) for view in shown],
+                                [ChartRun(view) for view in given]))
 
 
 def columns(frame: pd.DataFrame) -> dict[str, list[Any]]:

@@ -3,7 +3,7 @@ or several side by side. `write_page` is what the run's end and `python -m analy
 
 The charting library is uPlot (MIT, about 50 KB, canvas, fast with 100,000 points), vendored in
 `assets/` with its licence; the page's own scripts only draw the data that `html_data.page_data`
-took from the figure functions: `assets/charts.js` every declared chart (`loadlib.report.charts`),
+took from the runs' views: `assets/charts.js` every declared chart (`loadlib.report.charts`),
 `assets/report.js` the rest."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import orjson
 
 from loadlib.report.html_data import page_data
-from loadlib.report.html_runs import RunInput
+
+if TYPE_CHECKING:
+    from loadlib.run_view import RunView
 
 REPORT_FILE = "report.html"
 SLOT = re.compile(r"\{\{(\w+)\}\}")
@@ -25,10 +27,10 @@ ASSETS = {"uplot_css": "uPlot.min.css", "report_css": "report.css", "uplot_js": 
           "charts_js": "charts.js", "report_js": "report.js"}
 
 
-def write_page(pairs: Sequence[tuple[str, RunInput]], out: str | Path) -> Path:
-    """Writes the page of the runs (label, `RunFigures`, `RunData` or run directory) to `out`; returns its path."""
+def write_page(views: Sequence[RunView], out: str | Path) -> Path:
+    """Writes the page of the runs' views to `out`; returns its path."""
     path = Path(out)
-    path.write_text(render_page(page_data(pairs)), encoding="utf-8")
+    path.write_text(render_page(page_data(views)), encoding="utf-8")
     return path
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from loadlib.figures import capacity, uncertainty
+from loadlib.figures import bootstrap, capacity, uncertainty
 from loadlib.figures.free_running import INTENDED_SEND
 from loadlib.modes import search
 from loadlib.report import text
@@ -83,11 +83,12 @@ def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
             f"{'; ' + little if little else ''} "
             f"(SLO {slo_text(result.get('slo') or {})}); {result.get('stopped') or 'not finished'}{note}. "
             f"Each level judged on its requests: range = {search.INTERVAL[0]:.0%}-{search.INTERVAL[1]:.0%} of "
-            f"{search.BOOTSTRAP} bootstrap resamples, 'SLO met in' = share of resamples meeting every criterion "
+            f"{bootstrap.RESAMPLES} bootstrap resamples, 'SLO met in' = share of resamples meeting every criterion "
             f"(held at >= {search.CONFIDENCE:.0%}, broke at <= {1 - search.CONFIDENCE:.0%}, close between; "
             "failed: the server failed requests); 'in blocks' (the shares above) = the same over "
-            f"{capacity.RESAMPLES} moving-block resamples of its requests in send order (blocks of n^(1/3), so a "
-            f"slow spell stays together); {_delivered_note(users)}Little = in flight against req/s x mean latency "
+            f"{bootstrap.RESAMPLES} block resamples of its requests in send order (blocks as long as its TTFT, decode "
+            f"and SLO met move together from one request to the next, so a slow spell stays together); "
+            f"{_delivered_note(users)}Little = in flight against req/s x mean latency "
             f"({little_sides}; 'ok' within {capacity.LITTLE_TOLERANCE:.0%})")
 
 

@@ -8,7 +8,6 @@ diverge. A run without `metrics.jsonl` (or a server without /metrics) adds no ro
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
@@ -17,16 +16,14 @@ from loadlib.figures.columns import distinct
 from loadlib.report import text
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
-from loadlib.truth.scrape import read_scrapes
 
 # what the client's side reads (the stream's chunk times tell the server's step, `server_figures.refresh_s`)
 CLIENT_COLUMNS = ["cell", "sent_at", "first_token_at", "end_at", "scenario", "ok", "chunks", "completion_tokens"]
 
 
-def server_sections(run_dir: Path, records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[Section]:
+def server_sections(entries: list[dict[str, Any]], records: pd.DataFrame, manifest: Mapping[str, Any]) -> list[Section]:
     """Per cell: the server's figures, divergences from the client's tok/chunk, the router's split
-    (the scrapes from `run_dir`, the records frame and manifest of the same run)."""
-    entries = list(read_scrapes(run_dir, server_figures.NAMES_READ))
+    (the run's parsed scrapes, the records frame and manifest of the same run)."""
     records = records[CLIENT_COLUMNS]  # each cell's records are found in these alone, not in a copy of every column
     launch = (manifest.get("server") or {}).get("launch") or {}
     cells = server_cell_table(server_figures.server_cells(entries, records, launch), records)

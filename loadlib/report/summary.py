@@ -17,32 +17,25 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from loadlib.record_table import records_frame
-from loadlib.report import console
-from loadlib.report.contents import RunData, build_sections
+from loadlib.outputs.text import render_document
+from loadlib.report.contents import run_sections
 from loadlib.report.document import Document
 from loadlib.report.protocol import settings_line
-from loadlib.report.run_figures import RunFigures
+from loadlib.run_view import RunView
 
 
 def render_summary(records: Iterable[dict[str, Any]], manifest: Mapping[str, Any] | None = None,
                    run_dir: str | Path | None = None) -> str:
     """The summary's text from the records (dicts) and the final manifest; with `run_dir`, also
     the server's view from its `metrics.jsonl`."""
-    return console.render(summary_document(records_frame(records), manifest or {}, run_dir))
+    return render_document(summary_document(RunView.of_records(records, dict(manifest or {}), run_dir)))
 
 
-def summary_document(df: pd.DataFrame, manifest: Mapping[str, Any], run_dir: str | Path | None = None) -> Document:
-    """The summary of a records frame as a document (no manifest block)."""
-    return run_summary(RunFigures(RunData(df, manifest, Path(run_dir) if run_dir is not None else None)))
-
-
-def run_summary(figures: RunFigures) -> Document:
-    """The summary as a document (no manifest block): the settings line, then its sections, from
-    figures other outputs of the run may share (the run's end writes report.html from the same)."""
-    split = figures.split_sections()  # an A/B run or a sweep: each server's, then the verdicts
-    sections = split[0] if split is not None else build_sections(figures.run)
-    return Document(summary_heading(figures.run.df, figures.run.manifest), sections)
+def summary_document(run: RunView) -> Document:
+    """The summary as a document (no manifest block): the settings line, then its sections (for an
+    A/B run or a sweep each server's, then the verdicts), from figures other outputs of the view
+    share (the run's end writes report.html from the same view)."""
+    return Document(summary_heading(run.records, run.manifest), run_sections(run)[0])
 
 
 def summary_heading(df: pd.DataFrame, manifest: Mapping[str, Any]) -> str:

@@ -1,33 +1,33 @@
 """A server-configuration sweep's sections: one row per configuration (`loadlib.figures.sweep`) and
 the last log lines of those that did not serve (the verdicts of each configuration against the
-first that served follow, `loadlib.report.run_figures`); its charts are declared in
+first that served follow, `loadlib.report.contents.sweep_of`); its charts are declared in
 `loadlib.report.charts`. It formats; the figures come computed.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from loadlib.figures import sweep
-from loadlib.figures.goodput import GoodputSlo
+from loadlib.figures.goodput import Slo
 from loadlib.report import text
 from loadlib.report.document import Section
+from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
 
 LOG_LINES = 3  # of a configuration that did not serve, its log's last lines in the summary
 
 
-def sweep_sections(runs: Sequence[sweep.ConfigRun], slo: GoodputSlo) -> tuple[list[Section], dict[str, Any]]:
+def sweep_sections(table: pd.DataFrame, slo: Slo) -> tuple[list[Section], dict[str, Any]]:
     """The sweep's table and the logs of the configurations that did not serve, and `report
-    --json`'s `"sweep"`. `runs` are the configurations in the order run (`sweep.config_runs`),
+    --json`'s `"sweep"`. `table` is `sweep.sweep_table` of the configurations in the order run,
     their figures measured against `slo`."""
-    table = sweep.sweep_table(runs)
     return [sweep_section(table, slo), logs_section(table)], {"sweep": sweep.sweep_rows(table)}
 
 
-def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
+def sweep_section(table: pd.DataFrame, slo: Slo) -> Section:
     """One row per configuration in the order run; columns no configuration has a figure in are left out."""
     view = pd.DataFrame({
         "configuration": table["label"].astype(str),
@@ -37,7 +37,7 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
         "capacity": [_capacity(value, variable, rps) for value, variable, rps
                      in zip(table["capacity"], table["capacity_variable"], table["capacity_rps"])],
         "decode p50 t/s": _with_ci(table, "decode_p50_tps", "decode_p50", 1),
-        "all streams t/s": text.column(table["steady_decode_tps"], 1),
+        ALL_STREAMS: text.column(table["steady_decode_tps"], 1),
         "TTFT p50 s": _with_ci(table, "ttft_p50_s", "ttft_p50", 3),
         "TTFT p90 s": text.column(table["ttft_p90_s"], 3),
         "SLO met": [text.percent(v) for v in table["slo_met"]],
@@ -49,8 +49,8 @@ def sweep_section(table: pd.DataFrame, slo: GoodputSlo) -> Section:
     left = tuple(name for name in ("configuration", "status", "warnings") if name in view)
     return Section(
         "sweep", "Server sweep (one row per configuration, in the order run; capacity = the search's best level "
-        "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all streams = "
-        "steady-state decode t/s of the busiest free-running cell; SLO met = steady-window requests meeting "
+        "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all-streams t/s = "
+        "decode tokens of every stream per second, steady state of the busiest free-running cell; SLO met = steady-window requests meeting "
         f"TTFT <= {slo.ttft_s:g} s and decode >= {slo.decode_tps:g} t/s; tok/chunk = client, Σcomp/Σchunks; "
         "accept len = the server's tokens per target forward; warnings = known performance warnings in its "
         "server's log)",

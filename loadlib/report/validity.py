@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -19,7 +18,6 @@ from loadlib.figures.free_running import SteadyCell
 from loadlib.figures.validity import CAVEATS, CHECKS, Check, server_absence, validity_checks
 from loadlib.report.document import Section
 from loadlib.truth import server_figures
-from loadlib.truth.scrape import read_scrapes
 
 COLUMNS = ["cell", "name", "ok", "detail"]
 WHAT = ("per cell: client headroom; failed requests; completion tokens, requests and requests in flight, client "
@@ -27,20 +25,14 @@ WHAT = ("per cell: client headroom; failed requests; completion tokens, requests
         "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
 
-def run_checks(run_dir: Path | None, records: pd.DataFrame, manifest: Mapping[str, Any],
+def run_checks(scrapes: list[dict[str, Any]], records: pd.DataFrame, manifest: Mapping[str, Any],
                steady_cells: Iterable[SteadyCell] = (), unmeasured: pd.DataFrame | None = None,
                concurrent: pd.DataFrame | None = None) -> list[Check]:
-    """Every check of the run whose records, manifest, directory (its scrapes), unmeasured
-    requests (`RunData.unmeasured`) and concurrency table are given."""
-    scrapes = list(read_scrapes(run_dir, server_figures.NAMES_READ)) if run_dir is not None else []
+    """Every check of the run whose parsed scrapes, records, manifest, unmeasured requests
+    (`RunView.unmeasured`) and concurrency table are given."""
     launch = (manifest.get("server") or {}).get("launch")
     return validity_checks(records, manifest, server_figures.server_cells(scrapes, records, launch),
                            server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent)
-
-
-def judged(run_dir: Path | None, manifest: Mapping[str, Any]) -> bool:
-    """Whether a run can be judged: it has a directory and a watch of its server or its client."""
-    return run_dir is not None and bool({"server", "client_watch"} & set(manifest))
 
 
 def checks_section(checks: Sequence[Check]) -> Section:

@@ -4,7 +4,7 @@ each side's own samples (`loadlib.figures.verdicts`), as a table and one sentenc
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -15,30 +15,26 @@ from loadlib.figures.headline import (PROTOCOL_AGGREGATE, WINDOW_AGGREGATE, head
 from loadlib.report import text
 from loadlib.report.document import Section
 
+if TYPE_CHECKING:
+    from loadlib.run_view import RunView
+
 LINE_CHARS = 160  # a sentence wider than this leaves out its "than A" (the title names A)
 
 
-class Side(Protocol):
-    """A run, or one target of an A/B run: its label and its records frame."""
-
-    label: str
-    records: pd.DataFrame
-
-
-def judge(runs: Sequence[Side], slos: Sequence[Any]) -> tuple[pd.DataFrame, Section]:
-    """The runs' headline figures (`headline_figures`, `run` = each one's label) and the verdicts of
-    each against the first (`verdicts_section`), `slos` setting each one's goodput targets."""
-    figures = leading_honest_figures(pd.concat(
-        [headline_figures(run.records, slo).assign(run=run.label) for run, slo in zip(runs, slos)], ignore_index=True))
-    return figures, verdicts_section(runs, list(slos), figures)
+def judge(runs: Sequence[RunView]) -> tuple[pd.DataFrame, Section]:
+    """The runs' headline figures (`headline_figures` against each one's goodput targets, `run` =
+    each one's label) and the verdicts of each against the first (`verdicts_section`)."""
+    figures = leading_honest_figures(pd.concat([headline_figures(run.records, run.slo, run.tables, run.steady)
+                                                .assign(run=run.label) for run in runs], ignore_index=True))
+    return figures, verdicts_section(runs, figures)
 
 
-def verdicts_section(runs: Sequence[Side], slos: list[Any], figures: pd.DataFrame) -> Section:
+def verdicts_section(runs: Sequence[RunView], figures: pd.DataFrame) -> Section:
     """Each run against the first, figure by figure in the order of `figures` (the runs' headline
     figures, whose values become `a` and `b`): `verdicts.verdicts_table` with the runs' labels
     (`run_a`, `run_b`), and one sentence a verdict."""
     first = runs[0]
-    samples = [verdicts.headline_samples(run.records, slo) for run, slo in zip(runs, slos)]
+    samples = [verdicts.headline_samples(run.records, run.slo) for run in runs]
     values = figures.set_index(["run", "figure"])["value"]
     rank = {figure: i for i, figure in enumerate(dict.fromkeys(figures["figure"]))}
     parts = []

@@ -12,6 +12,7 @@ from typing import Any
 
 from loadlib.modes.rounds import ROUNDS
 from loadlib.profiles import Profile, ProfileError, load_profile
+from loadlib.records import MANIFEST_FILE, RECORDS_FILE
 from loadlib.run import options
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
 from loadlib.truth.gpu_power import gpu_power_problem
@@ -121,7 +122,7 @@ def check_run_dir_free(requested: str) -> None:
     if not requested:
         return
     path = Path(requested)
-    if (path / "records.jsonl").exists() or (path / "manifest.json").exists():
+    if (path / RECORDS_FILE).exists() or (path / MANIFEST_FILE).exists():
         usage_error(f"--run-dir {requested}: already holds a run; choose another directory")
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ class RecordIntake:
         """A record from this process's users."""
         line = record.to_json()
         self.journal.append_lines(line + b"\n")
-        self._take([line], [orjson.loads(line)] if self._parses else None)  # 10x faster than to_dict()
+        self._take([line], [orjson.loads(line)] if self._parses else None)  # read as a worker's lines are
         if self.early_stop is not None:
             self.early_stop.see_record(record)
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loadlib.run.users import REQUEST_TYPE, stats_name
+from loadlib.run.users import REQUEST_TYPE
+from loadlib.scenarios.base import stats_name
 
 CSV_SUFFIX = "_llm.csv"
 

@@ -18,12 +18,12 @@ from typing import Any
 import orjson
 import psutil
 
+from loadlib.records import MANIFEST_FILE
 from loadlib.run.config import RunConfig
 from loadlib.run.inputs import profile_settings
 
 log = logging.getLogger("uni-bench")
 
-MANIFEST_FILE = "manifest.json"
 _SECRET_FLAGS = ("--api-key",)
 
 

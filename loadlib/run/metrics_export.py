@@ -21,7 +21,8 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from flask import Response
 from gevent.pywsgi import WSGIServer
@@ -35,7 +36,11 @@ from prometheus_client.registry import Collector
 from loadlib.figures import formulas
 from loadlib.hooks import events
 from loadlib.run.inputs import usage_error
-from loadlib.run.users import stats_name
+from loadlib.scenarios.base import stats_name
+
+if TYPE_CHECKING:
+    from loadlib.run.config import RunConfig
+    from loadlib.run.processes import UserProcesses
 
 # Buckets fit for LLM serving: a cached TTFT takes milliseconds, a long answer minutes.
 SECONDS_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
@@ -209,7 +214,15 @@ class _LiveCollector(Collector):
         yield from families
 
 
-def live_state(environment: Environment, session: Any) -> LiveState | None:
+class RunNow(Protocol):
+    """What the live exports read of the run's session (`loadlib.run.session.RunSession`)."""
+
+    run_dir: Path | None  # None before the first test: its name labels every series
+    users: UserProcesses | None  # the requests in flight, the workers lost
+    config: RunConfig | None  # the test's model
+
+
+def live_state(environment: Environment, session: RunNow | None) -> LiveState | None:
     """What is running now, from the run's session (None before the first test)."""
     if session is None or session.run_dir is None or session.users is None:
         return None
@@ -221,7 +234,7 @@ def live_state(environment: Environment, session: Any) -> LiveState | None:
                      len(session.users.lost))
 
 
-def install(environment: Environment, session_of: Callable[[], Any]) -> RunMetrics | None:
+def install(environment: Environment, session_of: Callable[[], RunNow | None]) -> RunMetrics | None:
     """With `--metrics-port`, on the coordinating process: the registry, its listener on every
     record, the endpoint (on `--web-host`'s interface) and the web UI's `/uni/metrics`. Called
     before anything starts, so that a port that cannot be bound is one line and exit code 2;

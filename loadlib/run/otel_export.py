@@ -19,8 +19,8 @@ from locust.env import Environment
 
 from loadlib.hooks import events
 from loadlib.run.inputs import usage_error
-from loadlib.run.metrics_export import GAP_BUCKETS, SECONDS_BUCKETS, TPS_BUCKETS, figures_of, live_state
-from loadlib.run.users import stats_name
+from loadlib.run.metrics_export import GAP_BUCKETS, SECONDS_BUCKETS, TPS_BUCKETS, RunNow, figures_of, live_state
+from loadlib.scenarios.base import stats_name
 
 METER = "uni-locust"
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # the conventions' advice
@@ -117,7 +117,7 @@ def refuse_missing_exporter() -> None:
                     "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (installed) or install it")
 
 
-def install(environment: Environment, session_of: Callable[[], Any]) -> OtelMetrics | None:
+def install(environment: Environment, session_of: Callable[[], RunNow | None]) -> OtelMetrics | None:
     """With `--otel`, on the coordinating process: the instruments and their listener on every
     record; the last figures are flushed when Locust quits."""
     if not getattr(environment.parsed_options, "otel", False):

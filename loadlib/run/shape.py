@@ -5,49 +5,60 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from locust.shape import LoadTestShape
+
+if TYPE_CHECKING:
+    from loadlib.modes import Driver
 
 log = logging.getLogger("uni-bench")
 
 
 class StreamsWanted:
-    """How many users the load shape should have spawned, and at what rate: what the session's load
-    mode wants now, unless the web UI's Edit of a closed run said otherwise (`edited`)."""
+    """The web UI's Edit of a closed run: the streams it asked for (`edited`, None: none asked)
+    and the spawn rate, each edit noted in the manifest by the session's `note`."""
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    def __init__(self, opts: Any, note: Callable[[str, Any], None]) -> None:
+        self.opts = opts
+        self.note = note
         self.edited: int | None = None
-        self.rate_given = session.opts.spawn_rate is not None  # -r given (else: all at once)
+        self.edits: list[dict[str, Any]] = []
+
+    def reset(self) -> None:
+        """A new test: no edit yet."""
+        self.edited, self.edits = None, []
 
     def edit(self, users: int, spawn_rate: float | None) -> None:
         """The web UI's Edit of a closed run: the load shape spawns or stops users to `users`."""
         self.edited = users
         if spawn_rate is not None:
-            self.session.opts.spawn_rate = spawn_rate
-            self.rate_given = True
-        self.session.manifest.setdefault("edits", []).append({"at": time.time(), "users": users})
+            self.opts.spawn_rate = spawn_rate
+        self.edits.append({"at": time.time(), "users": users})
+        self.note("edits", self.edits)
         log.info("Edit: the closed loop now runs %d streams", users)
 
-    def now(self) -> int:
-        """What the load mode wants spawned now; before it starts, what its first cell will want."""
-        session = self.session
-        if self.edited is not None:
-            return self.edited
-        if session.driver is not None and not session.driver.finished.is_set():
-            return session.driver.users_wanted(time.time())
-        users = session.opts.num_users or 1
-        if session.profile is None:
-            return users
-        if session.profile.server is not None:
-            return 0  # a sweep: no user before its first server is up
-        return session.mode.first_users(session.profile.load, users)
+    def rate(self, users: int) -> float:
+        """Users started per second as the options stand: `-r`, the web UI start form's Ramp up or
+        its Edit (Locust and `edit` keep each in the options); without any, all `users` at once."""
+        return self.opts.spawn_rate or float(max(users, 1))  # Locust wants a rate > 0
+
+
+class ShapedRun(Protocol):
+    """What the load shape reads of the run's session at each tick (`loadlib.run.session.RunSession`)."""
+
+    driver: Driver | None
+    summarized: bool  # the test's summary is written: it is over
+    cut_short: str | None  # why the test ends early (the shape ends it at its next tick); set here for -t
+    streams: StreamsWanted
+
+    def users_wanted(self) -> int: ...
 
 
 class ProtocolShape(LoadTestShape):
     """Spawns the users the load mode wants (all `-u`; the ladder's current level) at `-r` users
-    per second (all at once without `-r`), ends the test at `-t`, and when the mode is done."""
+    per second, or the web UI form's Ramp up (all at once without either), ends the test at `-t`,
+    and when the mode is done."""
 
     use_common_options = True
 
@@ -55,7 +66,7 @@ class ProtocolShape(LoadTestShape):
         from loadlib.run.wiring import session_of  # the wiring imports the session, which imports this
 
         environment = self.runner.environment
-        session = session_of(environment)
+        session: ShapedRun | None = session_of(environment)
         opts = environment.parsed_options
         if session is None:
             users = opts.num_users or 1
@@ -69,6 +80,5 @@ class ProtocolShape(LoadTestShape):
         if opts.run_time and self.get_run_time() >= opts.run_time and not session.summarized:
             session.cut_short = f"-t/--run-time {opts.run_time:g} s reached"
             return None
-        users = session.streams.now()
-        rate = opts.spawn_rate if session.streams.rate_given else float(max(users, 1))  # Locust wants a rate > 0
-        return users, rate
+        users = session.users_wanted()
+        return users, session.streams.rate(users)

@@ -1,55 +1,52 @@
 """What a test leaves at its end besides the manifest: `summary.txt` (the end-of-run summary, as
 printed), `report.html` (the same figures and charts in one file to share), `records.parquet` (the
 journal's columnar copy, which later reports read in a fraction of the time) and, with `--csv`, the
-LLM figures per Locust stats row beside Locust's own CSV files. The summary and the page are
-rendered from one `RunFigures`: each figure is computed once for both."""
+LLM figures per Locust stats row beside Locust's own CSV files. The run directory is read once
+(`loadlib.run_view.read_run`), and the summary and the page are rendered from that one view: each
+figure is computed once for both."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from loadlib.record_table import JournalError, read_records_frame, records_frame
-from loadlib.records import read_records
 from loadlib.run import llmstats
 
 if TYPE_CHECKING:
-    from loadlib.report.run_figures import RunFigures
+    from loadlib.run_view import RunView
 
 SUMMARY_FILE = "summary.txt"
 
 
-def write_summary(run_dir: Path, manifest: dict[str, Any], csv_prefix: str | None) -> str:
-    """Renders the summary from the journal (not memory), writes and prints it; returns its text.
-    Reading the journal also writes its columnar copy."""
-    from loadlib.report import console
-    from loadlib.report.contents import RunData
-    from loadlib.report.run_figures import RunFigures
-    from loadlib.report.summary import run_summary
+def write_summary(run_dir: Path, csv_prefix: str | None) -> str:
+    """Renders the summary from the run directory (the journal and the final manifest, not memory),
+    writes and prints it; returns its text. Reading the journal also writes its columnar copy."""
+    from loadlib.outputs import Reading, text
+    from loadlib.report.summary import summary_document
+    from loadlib.run_view import RunDirError, read_run
 
     try:
-        frame = read_records_frame(run_dir, keep_copy=True)
-    except JournalError as exc:  # a line this run did not write whole: the summary is made of the others
+        view = read_run(run_dir, run_dir.name, keep_copy=True)
+    except RunDirError as exc:  # a line this run did not write whole: the summary is made of the others
         print(f"warning: {exc}; the summary leaves out every line that is not a record", flush=True)
-        frame = records_frame(read_records(run_dir))
-    figures = RunFigures(RunData(frame, manifest, run_dir))
-    text = console.render(run_summary(figures))
-    (run_dir / SUMMARY_FILE).write_text(text, encoding="utf-8")
+        view = read_run(run_dir, run_dir.name, lenient=True)
+    summary = text.render(Reading([view], lambda: summary_document(view)))
+    (run_dir / SUMMARY_FILE).write_text(summary, encoding="utf-8")
     if csv_prefix:
-        llmstats.write_csv(llmstats.per_name_table(frame), csv_prefix)
-    print(text, flush=True)
+        llmstats.write_csv(llmstats.per_name_table(view.records), csv_prefix)
+    print(summary, flush=True)
     print(f"Run files: {run_dir}  (recompute with: python -m analysis report {run_dir})", flush=True)
-    if not frame.empty:
-        write_report_page(run_dir, figures)
-    return text
+    if not view.records.empty:
+        write_report_page(run_dir, view)
+    return summary
 
 
-def write_report_page(run_dir: Path, figures: RunFigures) -> Path | None:
+def write_report_page(run_dir: Path, view: RunView) -> Path | None:
     """Writes `report.html`; a failure costs the page only, never the summary already saved."""
     from loadlib.report.html_page import REPORT_FILE, write_page
 
     try:
-        path = write_page([(run_dir.name, figures)], run_dir / REPORT_FILE)
+        path = write_page([view], run_dir / REPORT_FILE)
     except Exception as exc:  # the run's figures are in summary.txt and the journal whatever happens here
         print(f"warning: report.html not written: {exc!r} (python -m analysis html {run_dir} --out FILE retries)",
               flush=True)

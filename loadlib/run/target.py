@@ -27,10 +27,10 @@ class Target:
         """Checks the --host, or starts the built-in simulator when there is none. A profile that
         names its servers (an A/B run's `[[targets]]`, a sweep's `[server]`) refuses --host; the
         first target becomes the users' host, a sweep's each server in turn."""
-        if profile is not None and (profile.targets or profile.server is not None):
+        named = profile.servers_table() if profile is not None else None
+        if named:
             if self.environment.host:
-                where = "[[targets]]" if profile.targets else "[server]"
-                usage_error(f"--host: the profile names its servers in {where}; leave --host out")
+                usage_error(f"--host: the profile names its servers in {named}; leave --host out")
             if profile.targets:
                 self.environment.host = self.servers(profile.targets)[0][1]
             return

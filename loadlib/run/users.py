@@ -25,7 +25,6 @@ summary and `python -m analysis report` work for any locustfile with no other co
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import uuid
 from typing import Any, Callable, ClassVar, Hashable
@@ -37,15 +36,14 @@ from locust.exception import LocustError
 from loadlib.figures import formulas
 from loadlib.modes import ModeState
 from loadlib.modes.base import UserKind
-from loadlib.modes.own_users import OWN_CASE
+from loadlib.modes.own_users import own_label
 from loadlib.profiles import Profile
-from loadlib.records import RequestRecord
+from loadlib.records import RequestLabel, RequestRecord
 from loadlib.run.runtime import ProcessRun, process_run
 from loadlib.scenarios import (DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, RADIX_HIT, TOOL_CALL, VISION, Job, Mix,
                                Scenario, build_scenarios)
-from loadlib.scenarios.base import CONCURRENT_CASES, SINGLE
-from loadlib.truth.cache import observed_state
-from loadlib.wire.client import ChatClient, RequestTag, chat_body
+from loadlib.scenarios.base import stats_name
+from loadlib.wire.client import ChatClient, chat_body
 
 REQUEST_TYPE = "POST"
 JUDGED_FAILED = "failed by the test: "  # the reason of a record a task judged with `failure(why)`
@@ -114,36 +112,28 @@ class LLMUser(User):
                     "stream_options": {"include_usage": True}, **body, **extra}
             if max_tokens is not None:
                 body["max_tokens"] = max_tokens
-        tag = RequestTag(scenario=name, cell=name, concurrency=self.process_run.users, case=OWN_CASE,
-                         slot=self.stream)
+        label = own_label(name, self.process_run.users, self.stream)
         if catch_response:
-            return ChatResponse(self, self.send(body, tag, name, report=False, keep_text=True), name)
-        return self.send(body, tag, name, keep_text=True)
+            return ChatResponse(self, self.send(body, label, name, report=False, keep_text=True), name)
+        return self.send(body, label, name, keep_text=True)
 
-    def send(self, body: dict[str, Any], tag: RequestTag, name: str | None = None, *,
-             request_id: str | None = None, scheduled_at: float | None = None, job: Job | None = None,
-             measured: bool = True, urgent: bool = False, report: bool = True,
+    def send(self, body: dict[str, Any], label: RequestLabel, name: str | None = None, *,
+             request_id: str | None = None, urgent: bool = False, report: bool = True,
              keep_text: bool = False) -> RequestRecord:
-        """Sends `body` labelled `tag` and returns its record; with `report` also to Locust's stats
-        (as `name`, by default the tag's row, `stats_name`) and to the run's journal. `scheduled_at`
-        is when it was meant to start (its `queue_s` is the wait for a free user); `job` carries the
-        scenario's labels; `urgent` sends the record to the journal at once (one a round waits for);
-        `keep_text` keeps the answer's text in the record."""
-        tag = dataclasses.replace(tag, worker=self.process_run.worker_share[0], user=self.user_number)
+        """Sends `body`, whose place in the run is `label` (made by its cell, `Cell.label`), and
+        returns its record; with `report` also to Locust's stats (as `name`, by default the
+        label's row, `stats_name`) and to the run's journal. `urgent` sends the record to the
+        journal at once (one a round waits for); `keep_text` keeps the answer's text in the record."""
+        request_id = request_id or uuid.uuid4().hex
         watch = self.process_run.watch
         watch.in_flight += 1
         try:
-            record = self.client_for(tag.target).stream(body, tag, request_id or uuid.uuid4().hex, keep_text)
+            exchange = self.client_for(label.target).stream(body, request_id, keep_text)
         finally:
             watch.in_flight -= 1
-        if scheduled_at is not None and record.sent_at:
-            record.queue_s = max(record.sent_at - scheduled_at, 0.0)
-        if job is not None:
-            record.cache_intended, record.turn = job.cache, job.turn
-        record.measured = measured
-        record.cache_observed = observed_state(record.cached_tokens)
+        record = RequestRecord.of(label, exchange, request_id, self.process_run.worker_share[0], self.user_number)
         if report:
-            self.report(record, name or stats_name(tag.case, tag.cell, tag.scenario), urgent)
+            self.report(record, name or stats_name(label.case, label.cell, label.scenario), urgent)
         return record
 
     def report(self, record: RequestRecord, name: str, urgent: bool = False) -> None:
@@ -165,9 +155,9 @@ class LLMUser(User):
         run to every target (each primed alike), the first target's records returned."""
         config = self.process_run.config
         targets = [label for label, _url in config.targets] if config is not None and config.targets else [""]
-        answers = {target: [self.send(self.body_of(job), RequestTag(purpose, purpose, 1, OWN_CASE, slot=self.stream,
-                                                                    target=target),
-                                      purpose, job=job, measured=False, urgent=True).to_dict() for job in jobs]
+        answers = {target: [self.send(self.body_of(job), own_label(purpose, 1, self.stream, job, target=target,
+                                                                  measured=False), urgent=True).to_dict()
+                            for job in jobs]
                    for target in targets}
         return answers[targets[0]]
 
@@ -239,16 +229,6 @@ def fire_request_event(environment: Environment, record: RequestRecord, name: st
         response_length=record.completion_tokens or 0,
         exception=RuntimeError(record.error) if record.error else None,
         context=context, url=None, response=None, start_time=record.sent_at)
-
-
-def stats_name(case: str, cell: str, scenario: str) -> str:
-    """A request's row in Locust's stats: the scenario for single-stream cells and a locustfile's
-    own requests, the cell for concurrency cells, "cell: scenario" for a free-running mix."""
-    if case in CONCURRENT_CASES:
-        return cell
-    if case in (SINGLE, OWN_CASE):
-        return scenario
-    return f"{cell}: {scenario}"
 
 
 # --- the users in which a load mode's users' half runs -----------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from flask import jsonify, request
 from locust import argument_parser
@@ -32,8 +32,22 @@ from loadlib.run import options
 from loadlib.run.inputs import profile_settings, refuse_streams_beyond_users, run_profile
 from loadlib.wire.connection import Endpoint
 
+if TYPE_CHECKING:
+    from loadlib.modes import LoadMode
+    from loadlib.run.shape import StreamsWanted
 
-def install(environment: Environment, session: Any) -> None:
+
+class EditableRun(Protocol):
+    """What the forms read of the run's session (`loadlib.run.session.RunSession`)."""
+
+    plays_load_modes: bool  # locustfiles/dflash.py's modes (else the locustfile's own users, Locust's to edit)
+    streams: StreamsWanted  # a closed run's Edit
+
+    @property
+    def mode(self) -> LoadMode: ...
+
+
+def install(environment: Environment, session: EditableRun) -> None:
     web_ui = environment.web_ui
     views = web_ui.app.view_functions
     views["locust.swarm"] = _checked_swarm(environment, session, views["locust.swarm"])
@@ -90,7 +104,7 @@ def _form_text(value: Any) -> str:
     return str(value)
 
 
-def _checked_swarm(environment: Environment, session: Any, locust_view: Callable[[], Any]) -> Callable[[], Any]:
+def _checked_swarm(environment: Environment, session: EditableRun, locust_view: Callable[[], Any]) -> Callable[[], Any]:
     types = _web_ui_option_types()
 
     def refuse(message: str) -> Any:
@@ -98,7 +112,7 @@ def _checked_swarm(environment: Environment, session: Any, locust_view: Callable
 
     def swarm() -> Any:
         if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING) and session.plays_load_modes:
-            return _edit(session, refuse)
+            return _edit(environment, session, refuse)
         ours = {}
         for name in types.keys() & request.form.keys():
             try:
@@ -122,14 +136,14 @@ def _checked_swarm(environment: Environment, session: Any, locust_view: Callable
     return swarm
 
 
-def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
+def _edit(environment: Environment, session: EditableRun, refuse: Callable[[str], Any]) -> Any:
     """Edit during a run of a load mode: a closed run's streams change; elsewhere, why not."""
     mode = session.mode
     fixed = mode.fixed_streams
     if fixed:
         message = (f"Edit cannot change the streams of a {mode.name} run: its plan fixes them "
                    f"({fixed}). Stop it and start a new test instead.")
-        return jsonify({"success": False, "edit_refused": True, "message": message, "host": session.environment.host})
+        return jsonify({"success": False, "edit_refused": True, "message": message, "host": environment.host})
     try:
         users = int(request.form.get("user_count", ""))
     except ValueError:
@@ -137,7 +151,7 @@ def _edit(session: Any, refuse: Callable[[str], Any]) -> Any:
     if users < 1:
         return refuse(f"Number of users: must be at least 1, got {users}")
     session.streams.edit(users, float(request.form["spawn_rate"]) if request.form.get("spawn_rate") else None)
-    return jsonify({"success": True, "message": f"Closed loop now runs {users} streams", "host": session.environment.host})
+    return jsonify({"success": True, "message": f"Closed loop now runs {users} streams", "host": environment.host})
 
 
 def _profile_conflict(opts: Any, submitted: dict[str, Any], form_profile: str | None) -> str | None:

@@ -15,13 +15,13 @@ report is the end-of-run summary's own `loadlib.report.summary.render_summary`.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import logging
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 import pandas as pd
 from flask import Blueprint, Response, jsonify, request
@@ -30,17 +30,17 @@ from locust.env import Environment
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.protocol_tables import ProtocolTables
 from loadlib.modes import Phase
-from loadlib.modes.own_users import OWN_CASE  # the phase and case of a locustfile's own users
 from loadlib.record_table import records_frame
-from loadlib.records import RECORDS_FILE, RequestRecord, read_records
+from loadlib.records import JOURNAL_FIELDS, RECORDS_FILE, read_records
 from loadlib.report import text
 from loadlib.report import charts
-from loadlib.report.contents import RunData
 from loadlib.report.html_page import inline_assets
 from loadlib.report.html_page import REPORT_FILE
 from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase
 from loadlib.report.summary import render_summary
 from loadlib.run import webform
+from loadlib.run.webform import EditableRun
+from loadlib.run_view import RunView
 from loadlib.scenarios.base import SINGLE
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,37 @@ COLUMNS = [  # (row key, column title) of the tab's table and the page's
 ]
 PAGE = "live.html"
 
+if TYPE_CHECKING:
+    from loadlib.modes import Driver, LoadMode
+    from loadlib.profiles import Profile
+    from loadlib.run.liveseries import LiveSeries
 
-def install(environment: Environment, session: Any) -> None:
+
+class LiveRun(Protocol):
+    """What the tab and the page read of the run's session (`loadlib.run.session.RunSession`)."""
+
+    run_dir: Path | None  # None before the first test
+    manifest: Mapping[str, Any]
+    driver: Driver | None
+    profile: Profile | None
+    live: LiveSeries  # the running figures of the streams in flight
+    summarized: bool
+
+    @property
+    def mode(self) -> LoadMode: ...
+
+    @property
+    def record_count(self) -> int: ...
+
+    @property
+    def records(self) -> list[dict[str, Any]]: ...
+
+
+class WebRun(LiveRun, EditableRun, Protocol):
+    """What the web UI reads of the run's session: the live figures' and the forms'."""
+
+
+def install(environment: Environment, session: WebRun) -> None:
     """Adds the tab, the page, the downloads and the checked start form (no-op without a web UI)."""
     web_ui = environment.web_ui
     if web_ui is None:
@@ -122,7 +151,7 @@ class Slot:
 class LiveFigures:
     """The run's figures so far, for the tab and the page."""
 
-    def __init__(self, environment: Environment, session: Any) -> None:
+    def __init__(self, environment: Environment, session: LiveRun) -> None:
         self.environment = environment
         self.session = session
         self._key: tuple[int, int, int] | None = None
@@ -179,7 +208,7 @@ class LiveFigures:
         view = self.view()
         driver = self.session.driver
         frame = self._figures(driver, list(driver.plan) if driver is not None else [])[0]
-        run = charts.ChartRun("", RunData(frame, self.session.manifest or {}, self.session.run_dir), live=view["live"])
+        run = charts.ChartRun(RunView(frame, self.session.manifest or {}), live=view["live"])
         return {**view, "charts": charts.figures(charts.drawn_charts([run], live=True))}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
@@ -339,7 +368,7 @@ def _status(index: int, current: int | None, phase: Phase, runner_state: str) ->
     running = runner_state in ("spawning", "running")
     if phase.state == "finished" or (current is not None and index < current):
         return "done"
-    if phase.cell == OWN_CASE:  # a locustfile's own users: every row runs at once
+    if phase.unplanned:  # a locustfile's own users: every row runs at once
         return "▶ running" if running else "stopped"
     if current is None or index > current:
         return "waiting" if running else ("not run" if current is not None else "")
@@ -354,7 +383,7 @@ def _progress(phase: Phase, short: bool = False) -> str:
     return f"{elapsed} of {phase.duration_s:.0f} s" if phase.duration_s else elapsed
 
 
-def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: Phase, current: int | None,
+def _phase_text(session: LiveRun, slots: list[Slot], plan_size: int, phase: Phase, current: int | None,
                 runner_state: str) -> str:
     """What the run is doing now, in words; once it has ended, as its summary says."""
     if session.driver is None:
@@ -365,7 +394,7 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: Phase, c
             return f"CUT SHORT ({cut}): {session.record_count} requests"
     if phase.state == "finished":
         return f"Finished: all {plan_size} cells done, {session.record_count} requests"
-    if phase.cell == OWN_CASE:
+    if phase.unplanned:
         return (f"Now: the locustfile's own users, {session.record_count} requests so far" if runner_state in
                 ("spawning", "running") else f"Stopped: {session.record_count} requests")
     if current is None:
@@ -374,7 +403,7 @@ def _phase_text(session: Any, slots: list[Slot], plan_size: int, phase: Phase, c
     return f"Now: {stopped}cell {current + 1} of {plan_size}: {slots[current].label}, {_progress(phase)}"
 
 
-def _settings_text(environment: Environment, session: Any, plan: list[Any], frame: pd.DataFrame) -> str:
+def _settings_text(environment: Environment, session: LiveRun, plan: list[Any], frame: pd.DataFrame) -> str:
     """What is being measured: max tokens and thinking as the records show them (a profile may
     mix them), rounds as the plan has them, else the profile's (or the options') as they stand.
 
@@ -396,7 +425,7 @@ def _settings_text(environment: Environment, session: Any, plan: list[Any], fram
     return " · ".join(parts)
 
 
-def _target_text(environment: Environment, session: Any) -> str:
+def _target_text(environment: Environment, session: LiveRun) -> str:
     targets = (session.manifest or {}).get("targets")
     if targets:  # an A/B run
         return " · ".join(f"{entry['label']} {entry['url']}" for entry in targets)
@@ -415,8 +444,7 @@ def _page() -> Response:
 
 def _csv_response(records: Iterable[dict[str, Any]]) -> Response:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[field.name for field in dataclasses.fields(RequestRecord)],
-                            extrasaction="ignore")
+    writer = csv.DictWriter(out, fieldnames=JOURNAL_FIELDS, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(records)
     return Response(out.getvalue(), mimetype="text/csv",

@@ -32,6 +32,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadlib.hooks import events as llm_events
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
+from loadlib.records import RECORDS_FILE
 from loadlib.run import metrics_export, options, otel_export
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_gpu_power, check_run_dir_free, refuse_load_mode_options,
@@ -89,7 +90,7 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
-    progress = CellProgress(lambda: session.intake.journal.path if session.intake else None,
+    progress = CellProgress(lambda: session.run_dir / RECORDS_FILE if session.run_dir is not None else None,
                             lambda: session.users.streams_in_flight())
     llm_events.cell.add_listener(progress.on_cell)
     if isinstance(runner, MasterRunner):
@@ -109,15 +110,15 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     environment.events.test_stop.add_listener(progress.flush)
     environment.events.test_stop.add_listener(lambda **_: session.end())
     environment.events.quitting.add_listener(lambda **_: target.stop())
-    environment.events.quit.add_listener(lambda **_: _summary_into_html_report(session))
+    environment.events.quit.add_listener(lambda **_: _summary_into_html_report(opts.html_file, session))
 
 
-def _summary_into_html_report(session: RunSession) -> None:
+def _summary_into_html_report(html_file: str | None, session: RunSession) -> None:
     """Locust has written its `--html` report: the last test's summary goes in it too."""
-    if session.opts.html_file and session.summary_text and session.run_dir is not None:
+    if html_file and session.summary_text and session.run_dir is not None:
         from loadlib.run import llmstats
 
-        llmstats.add_to_html_report(session.opts.html_file, session.summary_text, session.run_dir)
+        llmstats.add_to_html_report(html_file, session.summary_text, session.run_dir)
 
 
 def _checked_inputs(opts: Any, plays_load_modes: bool) -> Any:

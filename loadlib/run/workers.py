@@ -32,7 +32,8 @@ from loadlib.run.processes import LostWorker, UserProcesses
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, FLUSH_S, MODE_MESSAGE,
                                  PID_MESSAGE, RECORDS_MESSAGE)
 from loadlib.run.selfwatch import SelfWatch
-from loadlib.run.users import fire_request_event, stats_name
+from loadlib.run.users import fire_request_event
+from loadlib.scenarios.base import stats_name
 
 log = logging.getLogger("uni-bench")
 
@@ -85,11 +86,11 @@ class WorkerUsers(UserProcesses):
         order = round_robin(self._live_workers())
         if not order:
             for assignment in assignments:
-                self._take_lost(lost_record(assignment, "no worker with users to run it"))
+                self._take_lost(assignment, "no worker with users to run it")
             return
         shares: dict[str, list[dict[str, Any]]] = {}
         for assignment in assignments:  # a stream (slot) always goes to the same worker
-            worker_id = order[assignment.tag.slot % len(order)]
+            worker_id = order[assignment.label.slot % len(order)]
             self.held[assignment.request_id] = (worker_id, assignment)
             shares.setdefault(worker_id, []).append(assignment.to_message())
         for worker_id, messages in shares.items():
@@ -118,8 +119,10 @@ class WorkerUsers(UserProcesses):
         while time.time() < deadline and self._alive() - self._drained:
             gevent.sleep(0.02)
 
-    def _take_lost(self, record: RequestRecord) -> None:
-        """The failed record of a request a lost worker held: counted by Locust too, and kept."""
+    def _take_lost(self, assignment: Assignment, reason: str) -> None:
+        """The failed record of a request a lost worker held (or no worker could take): counted
+        by Locust too, and kept."""
+        record = RequestRecord.lost(assignment.label, assignment.body, assignment.request_id, reason)
         fire_request_event(self.environment, record, stats_name(record.case, record.cell, record.scenario))
         self._take_record(record)
 
@@ -168,7 +171,7 @@ class WorkerUsers(UserProcesses):
         self.lost.append(lost)
         for rid, assignment in held:
             self.held.pop(rid, None)
-            self._take_lost(lost_record(assignment, WORKER_LOST))
+            self._take_lost(assignment, WORKER_LOST)
         alive = [node for node in self.runner.clients.values() if node.state != STATE_MISSING]
         if not alive:
             log.error("%s; no worker is left: stopping", lost.said())
@@ -198,18 +201,6 @@ def keep_exit_status(pid: int) -> str | None:
     children[pid] = (entry[0], entry[1], math.inf)
     code = os.waitstatus_to_exitcode(entry[1])
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-
-
-def lost_record(assignment: Assignment, reason: str) -> RequestRecord:
-    """The failed record of a request whose own record can never come."""
-    tag = assignment.tag
-    return RequestRecord(
-        request_id=assignment.request_id, scenario=tag.scenario, cell=tag.cell,
-        concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
-        worker=-1, user=-1, sent_at=assignment.start_at, error=reason,
-        max_tokens=assignment.body.get("max_tokens"), cache_intended=assignment.cache_intended,
-        turn=assignment.turn, measured=assignment.measured, target=tag.target,
-    )
 
 
 def round_robin(workers: list[tuple[str, int]]) -> list[str]:

@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from loadlib.records import RequestLabel
+
 COLD, WARM, ANY = "cold", "warm", "any"  # intended cache states
-# The long-context kind, whose scenarios are named after it: the report tells a run that has them
-# by this name, without loading the kind's profile schema.
-LONG_CONTEXT_KIND = "long-context"
+# Kinds the report reads in the records' `kind` (their cells get tables of their own), named here
+# so that it loads neither the kinds' profile schemas nor their modules.
+LONG_CONTEXT_KIND = "long-context"  # its prefill per size
+TRACE_KIND = "trace"  # a recorded trace's requests (`loadlib.modes.trace`): its replay table
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,12 @@ class Job:
     params: dict[str, Any] = field(default_factory=dict)  # extra body fields: tools, max_tokens, ...
     cache: str = ANY  # the cache state this request is meant to meet
     turn: int | None = None
+    kind: str = ""  # the kind of the scenario that made it
+
+    def label(self, **where: Any) -> RequestLabel:
+        """Its label, sent `where` (cell, case, stream, ...; `Cell.label` says where in a plan)."""
+        return RequestLabel(**{"scenario": self.scenario, "kind": self.kind, "cache_intended": self.cache,
+                               "turn": self.turn, **where})
 
 
 # Sends auxiliary jobs (priming, calibration) labelled `purpose`, waits, returns their records.
@@ -70,7 +79,7 @@ class Scenario:
 
     def _job(self, scenario: str, messages: list[dict[str, Any]], cache: str | None = None,
              turn: int | None = None, **params: Any) -> Job:
-        return Job(scenario, messages, {**params, **self.params}, cache or self.cache, turn)
+        return Job(scenario, messages, {**params, **self.params}, cache or self.cache, turn, self.kind)
 
 
 def request_params(max_tokens: int | None = None, thinking: str | None = None) -> dict[str, Any]:
@@ -99,16 +108,37 @@ class Cell:
     rounds: int = 0
     duration_s: float | None = None
     target: str = ""  # an A/B run's server (its label); "": the run's one server
+    measured: bool = True  # False: a warm-up, priming or calibration (left out of every figure)
 
     @property
     def prompts(self) -> tuple[str, ...]:
         """The scenario label of each stream (for the protocol's cells, its prompt names)."""
         return tuple(self.scenario.label(stream) for stream in range(self.concurrency))
 
+    def label(self, job: Job, slot: int, round: int = 0, scheduled_at: float | None = None,
+              closed_loop: bool = False, **more: Any) -> RequestLabel:
+        """The label of `job` sent in this cell by stream `slot` (in round `round`), at the time
+        `scheduled_at` if it was meant to go at one, by a closed-loop stream if `closed_loop`;
+        `more` are the sending mode's own fields (`RequestLabel`'s, such as a turn it counts)."""
+        return job.label(cell=self.name, case=self.case, concurrency=self.concurrency, round=round, slot=slot,
+                         target=self.target, closed_loop=closed_loop, scheduled_at=scheduled_at,
+                         measured=self.measured, **more)
+
 
 SINGLE = "single"  # the protocol's single-stream cell (and its case)
 CONCURRENT_CASES = ("same", "different")  # the protocol's cells of N streams: one prompt, or different ones
 WARMUP = "warmup"  # a free-running mode's unmeasured cell before the measured ones
+
+
+def stats_name(case: str, cell: str, scenario: str) -> str:
+    """A request's row in Locust's stats (from its label's fields): the cell for the protocol's
+    concurrency cells, the scenario for single-stream cells and requests that are their own cell
+    (a locustfile's own), "cell: scenario" for a free-running mix."""
+    if case in CONCURRENT_CASES:
+        return cell
+    if case == SINGLE or cell == scenario:
+        return scenario
+    return f"{cell}: {scenario}"
 
 
 def round_cell_name(concurrency: int, what: str) -> str:

@@ -187,7 +187,7 @@ class DatasetRequests(Scenario):
 
     def next(self, stream: int) -> Job:
         request = next(self._requests)
-        return Job(self.name, request.messages, {**request.params, **self.params}, ANY)
+        return Job(self.name, request.messages, {**request.params, **self.params}, ANY, kind=self.kind)
 
 
 class DatasetConversations(MultiTurn):
@@ -214,7 +214,8 @@ class DatasetConversations(MultiTurn):
         super().prepare(send)
         calibration = self.calibration
         if calibration is not None and calibration.frame_tokens is None:
-            probe = Job("calibrate", [{"role": "user", "content": ""}], {**self.params, "max_tokens": PROBE_TOKENS})
+            probe = Job("calibrate", [{"role": "user", "content": ""}], {**self.params, "max_tokens": PROBE_TOKENS},
+                        kind=self.kind)
             calibration.learn(None, 0, send([probe], "calibrate")[0].get("prompt_tokens"))
 
     def observe(self, job: Job, record: dict[str, Any]) -> None:

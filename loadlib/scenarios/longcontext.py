@@ -120,7 +120,8 @@ class LongContext(Scenario):
         if calibration.frame_tokens is not None:
             return
         probe_chars = round(self.target_tokens * DEFAULT_CHARS_PER_TOKEN)  # the first size's neighbourhood
-        probes = [Job("calibrate", self._messages(chars), {**self.params, "max_tokens": PROBE_TOKENS}, COLD)
+        probes = [Job("calibrate", self._messages(chars), {**self.params, "max_tokens": PROBE_TOKENS}, COLD,
+                      kind=self.kind)
                   for chars in (0, probe_chars)]
         for job, record in zip(probes, send(probes, "calibrate")):
             calibration.learn(calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))

@@ -44,7 +44,8 @@ class RadixHit(Scenario):
 
     def prepare(self, send: Send) -> None:
         if self.prime:  # the prompt is what gets cached, so a few output tokens are enough
-            send([Job(self.name, self.messages, {**self.params, "max_tokens": PRIME_TOKENS}, WARM)], "prime")
+            prime = Job(self.name, self.messages, {**self.params, "max_tokens": PRIME_TOKENS}, WARM, kind=self.kind)
+            send([prime], "prime")
 
 
 class RadixHitSpec(ScenarioSpec):

@@ -120,8 +120,8 @@ class Synthetic(Scenario):
         if calibration.frame_tokens is not None:
             return
         chars = round((self.prefix_tokens + self.input_tokens.typical) * DEFAULT_CHARS_PER_TOKEN)
-        probes = [Job("calibrate", self._messages(0, 0, n), {**self.params, "max_tokens": PROBE_TOKENS})
-                  for n in (0, chars)]
+        probes = [Job("calibrate", self._messages(0, 0, n), {**self.params, "max_tokens": PROBE_TOKENS},
+                      kind=self.kind) for n in (0, chars)]
         for job, record in zip(probes, send(probes, "calibrate")):
             calibration.learn(calibration.frame_tokens, self._filler_chars(job), record.get("prompt_tokens"))
 

@@ -1,7 +1,9 @@
 """A sweep played in one test: each configuration of the profile's `[server]` in turn, its server
 started (`launch`), the profile's load run against it by the mode's own driver, the server stopped.
 
-To the run a sweep is one driver. Each configuration becomes the profile with one target, labelled
+To the run a sweep is one more load mode (`Sweep`, which `loadlib.modes.mode_of` gives a profile
+with a `[server]`), whose driver plays the profile's own mode's drivers one after another: the run
+never asks whether it is a sweep. Each configuration becomes the profile with one target, labelled
 as the configuration, whose host is the server just started: `Coordination.serve` hands it to
 every process (the users send there from then on, its server is watched in `targets/<label>/`),
 and the records keep the label. So every report reads a sweep as it reads an A/B run, one
@@ -14,12 +16,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from loadlib.modes.base import Coordination, DriverOfDrivers, LoadMode, Phase
+from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, ModeState, Phase
 from loadlib.profiles import TargetSpec
 from loadlib.scenarios.base import Cell
 from loadlib.sweep.grid import ServerConfig, configurations
@@ -28,6 +29,7 @@ from loadlib.sweep.launch import DIED, OK, RunningServer, launch, log_tail
 
 if TYPE_CHECKING:
     from loadlib.profiles import Profile
+    from loadlib.run.config import RunConfig
 
 log = logging.getLogger("uni-bench")
 
@@ -42,10 +44,11 @@ class SweepDriver(DriverOfDrivers):
 
     wants_records = True  # the modes' drivers that wait for their records are fed them through this one
 
-    def __init__(self, run: Coordination, users: int, profile: "Profile", mode: LoadMode, run_dir: Path) -> None:
+    def __init__(self, run: Coordination, users: int, profile: "Profile", mode: LoadMode) -> None:
         super().__init__(run, users)
+        assert run.run_dir is not None, "a sweep keeps its servers' logs in the run directory"
         self.profile, self.mode = profile, mode
-        self.logs = run_dir / SERVERS_DIR
+        self.logs = run.run_dir / SERVERS_DIR
         self.configs = configurations(profile.server)
         self.rows: list[dict[str, Any]] = []
         self.server: RunningServer | None = None
@@ -142,3 +145,34 @@ class SweepDriver(DriverOfDrivers):
             super().close()
             if not any(row["label"] == server.config.label for row in self.rows):
                 self._note(server, "the test ended during this configuration")
+
+
+class Sweep(LoadMode):
+    """A profile's load mode played once per configuration of its `[server]`: its driver is a
+    `SweepDriver`, and no user is spawned before the first server is up; what the processes that
+    run users do is the mode's own (each configuration's profile has that mode and one target)."""
+
+    starts_servers = True
+
+    def __init__(self, mode: LoadMode) -> None:
+        self.mode = mode
+        self.fixed_streams = mode.fixed_streams
+
+    @property
+    def name(self) -> str:
+        return self.mode.name
+
+    def user_kind(self, load: Any) -> Any:
+        return self.mode.user_kind(load)
+
+    def first_users(self, load: Any, users: int) -> int:
+        return 0
+
+    def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
+        return SweepDriver(run, users, profile, self.mode)
+
+    def begin(self, config: "RunConfig", share: tuple[int, int]) -> ModeState:
+        return self.mode.begin(config, share)
+
+    def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
+        return self.mode.notes(profile, context_tokens)

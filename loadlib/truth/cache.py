@@ -1,5 +1,5 @@
-"""Prefix-cache control and observation: empty the server's radix cache before cold cells, and
-name the state each request met.
+"""Prefix-cache control: empty the server's radix cache before cold cells (the state each
+request met is its record's `cache_observed`, `loadlib.records.observed_state`).
 
 SGLang offers `POST /flush_cache` (refused with 400 while requests are running, so it is
 retried briefly); vLLM and llama.cpp answer 404, and then cold cells rely on unique prompts
@@ -13,17 +13,6 @@ import gevent
 from loadlib.wire.connection import Connection, Endpoint, TransportError
 
 FLUSHED, NOT_OFFERED, REFUSED = "flushed", "not offered", "refused"
-# Every prompt shares the chat template's opening (`<|im_start|>user\n`, a default system
-# prompt), which a radix cache matches even for a brand-new prompt; a hit is more than that.
-FRAMING_TOKENS = 32
-
-
-def observed_state(cached_tokens: int | None) -> str | None:
-    """The cache state a request met: "warm" when the prompt itself hit the prefix cache,
-    "cold" when nothing beyond the template's framing did, None when the server did not say."""
-    if cached_tokens is None:
-        return None
-    return "warm" if cached_tokens > FRAMING_TOKENS else "cold"
 
 
 def flush_prefix_cache(base_url: str, api_key: str | None = None, verify_tls: bool = True,

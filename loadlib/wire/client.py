@@ -1,8 +1,10 @@
-"""The streaming chat-completions client: one request in, one `RequestRecord` out.
+"""The streaming chat-completions client: one request in, what the wire did with it out (an
+`Exchange`: what was asked and what was measured). It knows nothing of the run: the request's
+label and its record are the run's (`loadlib.records.RequestRecord.of`).
 
 It never raises for a failed request: every outcome, including a refused connection, an HTTP
 error, a 200 that is no event stream, a malformed event, a stream without usage or with a single
-token, becomes a record with an `error` reason. Only such error-free records enter the
+token, becomes an exchange with an `error` reason. Only such error-free records enter the
 protocol's figures. The stream is read as it arrives (`loadlib.wire.sse.StreamReader`), which also
 keeps this process's live counters (`loadlib.figures.live.COUNTERS`) up to date.
 """
@@ -16,7 +18,7 @@ from typing import Any, cast
 import orjson
 
 from loadlib.figures import live
-from loadlib.records import RequestRecord
+from loadlib.records import Exchange
 from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.wire.sse import StreamReader, http_error_reason
 
@@ -44,21 +46,6 @@ class ChatSettings:
     timeout_s: float = 900.0
     verify_tls: bool = True
     spec_details: bool = False  # ask for the server's account of speculative decoding (`SPEC_DETAILS_FIELD`)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestTag:
-    """Where a request belongs in the run; copied into its record."""
-
-    scenario: str
-    cell: str
-    concurrency: int = 1
-    case: str = "single"
-    round: int = 0
-    slot: int = 0
-    worker: int = 0
-    user: int = 0
-    target: str = ""  # an A/B run's server, by its label ("" : the run's one server)
 
 
 def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens: int | None = None,
@@ -101,52 +88,46 @@ class ChatClient:
         if settings.api_key:
             self._headers["Authorization"] = f"Bearer {settings.api_key}"
 
-    def stream(self, body: dict[str, Any], tag: RequestTag, request_id: str, keep_text: bool = False) -> RequestRecord:
-        """Sends one request and returns its record (never raises for a failed request); with
-        `keep_text` the record holds the answer's `text` and `reasoning_text`. This is the
-        transport only: `loadlib.LLMUser.chat` also counts the request in Locust's stats and keeps
-        its record in the run's journal.
+    def stream(self, body: dict[str, Any], request_id: str, keep_text: bool = False) -> Exchange:
+        """Sends one request and returns what happened to it (never raises for a failed request);
+        with `keep_text` the exchange holds the answer's `text` and `reasoning_text`. This is the
+        transport only: `loadlib.LLMUser.chat` also makes its record, counts it in Locust's stats
+        and keeps it in the run's journal.
 
         Whatever goes wrong, even a bug of this client on some payload, ends as this request's
-        failed record: one request must not stop a run or leave its round waiting.
+        failed exchange: one request must not stop a run or leave its round waiting.
         """
-        record = RequestRecord(
-            request_id=request_id, scenario=tag.scenario, cell=tag.cell,
-            concurrency=tag.concurrency, case=tag.case, round=tag.round, slot=tag.slot,
-            worker=tag.worker, user=tag.user, sent_at=0.0, target=tag.target,
-            max_tokens=body.get("max_tokens"),
-            thinking=(body.get("chat_template_kwargs") or {}).get("enable_thinking"),
-        )
-        record.sent_at = time.time()  # replaced by the send time when the request went out
+        exchange = Exchange.asking(body)
+        exchange.sent_at = time.time()  # replaced by the send time when the request went out
         self.live.stream_started()
         try:
-            self._exchange(record, body, keep_text)
+            self._exchange(exchange, body, request_id, keep_text)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.connection.close()
-            record.error = self._redacted(f"client error: {type(exc).__name__}: {exc}"[:200])
+            exchange.error = self._redacted(f"client error: {type(exc).__name__}: {exc}"[:200])
         finally:
-            self.live.stream_ended(record.error is not None, record.completion_tokens, record.chunks)
-        return record
+            self.live.stream_ended(exchange.error is not None, exchange.completion_tokens, exchange.chunks)
+        return exchange
 
-    def _exchange(self, record: RequestRecord, body: dict[str, Any], keep_text: bool) -> None:
-        """Sends the request and fills the record from the response as it was read."""
-        headers = dict(self._headers, **{"X-Request-Id": record.request_id})
+    def _exchange(self, exchange: Exchange, body: dict[str, Any], request_id: str, keep_text: bool) -> None:
+        """Sends the request and fills the exchange from the response as it was read."""
+        headers = dict(self._headers, **{"X-Request-Id": request_id})
         data = orjson.dumps(body)
         try:
             response = self.connection.request("POST", CHAT_PATH, data, headers,
                                                reader=lambda answer: self._reader(answer, keep_text))
         except TransportError as exc:
-            record.total_s = time.time() - record.sent_at  # how long it took to fail
-            record.error = self._redacted(str(exc))
+            exchange.total_s = time.time() - exchange.sent_at  # how long it took to fail
+            exchange.error = self._redacted(str(exc))
             return
-        record.sent_at = response.sent_at
-        record.http_status = response.status
+        exchange.sent_at = response.sent_at
+        exchange.http_status = response.status
         key = self.settings.api_key
         if key and response.status != 200:  # an auth error may echo the key: never keep it
             response.pieces = [response.body.replace(key.encode(), b"***")]
-        fill_record(record, response)
-        if record.error:
-            record.error = self._redacted(record.error)
+        fill_exchange(exchange, response)
+        if exchange.error:
+            exchange.error = self._redacted(exchange.error)
 
     def _reader(self, response: Response, keep_text: bool) -> BodyReader:
         """A 200 is read as an event stream as it arrives; any other answer is an error body."""
@@ -163,41 +144,41 @@ class ChatClient:
         self.connection.close()
 
 
-def fill_record(record: RequestRecord, response: Response) -> None:
-    """Copies a response's figures into its record and decides whether it is valid."""
+def fill_exchange(exchange: Exchange, response: Response) -> None:
+    """Copies a response's figures into its exchange and decides whether it is valid."""
     if response.status != 200:
-        record.error = http_error_reason(response.status, response.body, response.headers.get("retry-after"))
+        exchange.error = http_error_reason(response.status, response.body, response.headers.get("retry-after"))
         if response.arrivals:
-            record.total_s = response.arrivals[-1] - response.sent_at
+            exchange.total_s = response.arrivals[-1] - response.sent_at
         return
     stream = cast(StreamReader, response.reader)  # what `ChatClient._reader` gives a 200
     sent = response.sent_at
     if stream.first_token_at is not None:
-        record.ttft_s = stream.first_token_at - sent
-        record.last_chunk_s = stream.last_token_at - sent
+        exchange.ttft_s = stream.first_token_at - sent
+        exchange.last_chunk_s = stream.last_token_at - sent
     end = stream.done_at if stream.done_at is not None else stream.end_at
     if end is not None:
-        record.total_s = end - sent
-    record.completion_tokens = stream.completion_tokens
-    record.prompt_tokens = stream.prompt_tokens
-    record.cached_tokens = stream.cached_tokens
-    record.chunks = stream.chunks
-    record.finish_reason = stream.finish_reason
-    record.output_sha = stream.output_sha
-    record.text, record.reasoning_text = stream.text, stream.reasoning_text
-    record.first_read_events = stream.first_read_events
-    if stream.first_answer_at is not None and (stream.chunks_before_answer or record.thinking):
-        record.ttfo_s = stream.first_answer_at - sent
-    record.reasoning_tokens = stream.reasoning_tokens
+        exchange.total_s = end - sent
+    exchange.completion_tokens = stream.completion_tokens
+    exchange.prompt_tokens = stream.prompt_tokens
+    exchange.cached_tokens = stream.cached_tokens
+    exchange.chunks = stream.chunks
+    exchange.finish_reason = stream.finish_reason
+    exchange.output_sha = stream.output_sha
+    exchange.text, exchange.reasoning_text = stream.text, stream.reasoning_text
+    exchange.first_read_events = stream.first_read_events
+    if stream.first_answer_at is not None and (stream.chunks_before_answer or exchange.thinking):
+        exchange.ttfo_s = stream.first_answer_at - sent
+    exchange.reasoning_tokens = stream.reasoning_tokens
     if stream.spec is not None:
-        (record.spec_verify_steps, record.spec_draft_tokens, record.spec_accepted_tokens,
-         record.spec_accept_histogram) = stream.spec
+        (exchange.spec_verify_steps, exchange.spec_draft_tokens, exchange.spec_accepted_tokens,
+         exchange.spec_accept_histogram) = stream.spec
     transport = response.error
     if transport == "timeout mid-stream" and stream.first_token_at is None:
         transport = "timeout before first token"
-    record.error = (transport or stream.format_error or stream.error
-                    or _missing_piece(stream.usage, stream.first_token_at, stream.done_at,
-                                      record.completion_tokens))
+    exchange.error = (transport or stream.format_error or stream.error
+                      or _missing_piece(stream.usage, stream.first_token_at, stream.done_at,
+                                        exchange.completion_tokens))
 
 
 def _missing_piece(usage: dict | None, first_token_at: float | None, done_at: float | None,

@@ -6,9 +6,9 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from analysis.locust_csv import LocustCsv
-from analysis.rundir import Run
+from loadlib.figures.goodput import goodput_slo
 from loadlib.record_table import records_frame
+from loadlib.run_view import RunView
 
 _ids = itertools.count()
 
@@ -37,9 +37,11 @@ def build_record(cell: str = "single", scenario: str = "code", round: int = 0, s
     return record
 
 
-def build_run(records: list[dict[str, Any]], label: str = "run", manifest: dict[str, Any] | None = None) -> Run:
-    """A loaded run, as `load_run` would give it, straight from record dicts."""
-    return Run(Path(label), label, records_frame(records), manifest or {}, LocustCsv())
+def build_run(records: list[dict[str, Any]], label: str = "run", manifest: dict[str, Any] | None = None,
+              slo_ttft_s: float | None = None, slo_decode_tps: float | None = None) -> RunView:
+    """A run's view, as `read_run` would give it (a directory of no files), straight from record dicts."""
+    return RunView(records_frame(records), manifest or {}, Path(label), label,
+                   goodput=goodput_slo(manifest or {}, slo_ttft_s, slo_decode_tps))
 
 
 def protocol_run() -> list[dict[str, Any]]:

@@ -13,15 +13,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from analysis.plot import plot
-from analysis.rundir import load_run
 from loadlib.figures import series as points
+from loadlib.outputs.png import plot
 from loadlib.record_table import records_frame
 from loadlib.report import charts
 from loadlib.report.charts import PALETTE, Axis, Chart, ChartRun, Series, drawn, drawn_charts
-from loadlib.report.contents import RunData
 from loadlib.report.html_data import page_data
 from loadlib.report.html_page import write_page
+from loadlib.run_view import RunView, read_run
 from tests.analysis.builders import extended_run, free_running_records, protocol_run
 from tests.figures.test_sweep import T0, closed, entry
 
@@ -107,9 +106,9 @@ def chart_ids(data: dict) -> list[str]:
 
 
 def test_these_runs_draw_every_declared_chart_in_report_html_and_as_pngs(every_chart, tmp_path):
-    in_pages = {chart for run in every_chart for chart in chart_ids(page_data([(run.name, run)]))}
+    in_pages = {chart for run in every_chart for chart in chart_ids(page_data([read_run(run)]))}
     assert in_pages == {chart.id for chart in charts.CHARTS}
-    written = [path for run in every_chart for path in plot([load_run(run)], tmp_path / run.name)]
+    written = [path for run in every_chart for path in plot([read_run(run)], tmp_path / run.name)]
     assert all(path.stat().st_size > 10_000 and path.read_bytes().startswith(PNG) for path in written)
     names = {path.name for path in written}
     wanted = {chart.figure.format(run=run.name) + ".png" for chart in charts.CHARTS for run in every_chart[:1]
@@ -120,27 +119,25 @@ def test_these_runs_draw_every_declared_chart_in_report_html_and_as_pngs(every_c
 
 def plot_data(run_dir: Path, chart_id: str) -> dict | None:
     """A chart over the run as `plot` reads it (Locust's CSV history too)."""
-    run = load_run(run_dir)
     chart = next(chart for chart in charts.CHARTS if chart.id == chart_id)
-    return drawn(chart, [ChartRun(run.label, RunData(run.records, run.manifest, run.path),
-                                  locust_history=run.locust.history)])
+    return drawn(chart, [ChartRun(read_run(run_dir))])
 
 
 def test_a_new_chart_is_one_declaration(every_chart, tmp_path, monkeypatch):
     monkeypatch.setattr(charts, "CHARTS", [*charts.CHARTS, TOY, LANES])
     run = every_chart[0]
-    data = page_data([(run.name, run)])
+    data = page_data([read_run(run)])
     (toy,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == TOY.id]
     records = data["runs"][0]["requests"]
     assert len(toy_points(toy)) == sum(e is None for e in records["columns"]["error"])
-    written = plot([load_run(run)], tmp_path)
+    written = plot([read_run(run)], tmp_path)
     assert {tmp_path / "toy.png", tmp_path / "toy_lanes.png"} <= set(written)
     assert all((tmp_path / name).read_bytes().startswith(PNG) for name in ("toy.png", "toy_lanes.png"))
     (lanes,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == LANES.id]
     spans = [(x, end) for s in lanes["series"] for x, end in zip(s["x"], s["end"])]
     assert len(spans) == len(toy_points(toy)) and all(end > x for x, end in spans)
-    live = ChartRun("", RunData(records_frame(protocol_run()), {}), live={"t_s": [], "in_flight": [],
-                                                                           "tokens_per_s": [], "ttft": []})
+    live = ChartRun(RunView(records_frame(protocol_run()), {}), live={"t_s": [], "in_flight": [], "tokens_per_s": [],
+                                                                      "ttft": []})
     assert TOY.id in [chart["id"] for chart in drawn_charts([live], live=True)]
 
 
@@ -149,7 +146,7 @@ def toy_points(chart: dict) -> list[float]:
 
 
 def test_several_runs_each_have_their_colour_and_label_and_bars_stand_side_by_side():
-    runs = [ChartRun(label, RunData(records_frame(protocol_run()), {})) for label in ("a", "b")]
+    runs = [ChartRun(RunView(records_frame(protocol_run()), {}, label=label)) for label in ("a", "b")]
     bars = drawn(next(chart for chart in charts.CHARTS if chart.id == "decode-per-scenario"), runs)
     assert [(s["label"], s["color"]) for s in bars["series"]] == [("a: mean over rounds", PALETTE[0]),
                                                                    ("b: mean over rounds", PALETTE[1])]
@@ -171,7 +168,7 @@ def test_every_chart_and_a_new_one_draw_in_report_html_without_a_console_error(e
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         for run in every_chart:
-            out = write_page([(run.name, run)], tmp_path / f"{run.name}.html")
+            out = write_page([read_run(run)], tmp_path / f"{run.name}.html")
             page.goto(out.resolve().as_uri())
             page.wait_for_selector("body[data-rendered=yes]")
             ARTIFACTS.mkdir(exist_ok=True)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analysis.compare import compare
-from analysis.rundir import load_run
+from loadlib.run_view import read_run
 from tests.analysis.builders import build_record, build_run
 from tests.conftest import RUN_TO_RUN_PCT, SLOWER_BY_1_08_PCT
 
@@ -97,12 +97,12 @@ def test_a_run_that_mixed_thinking_says_so():
 
 
 def test_no_line_of_the_text_comparison_is_wider_than_160_characters():
-    from loadlib.report import console
+    from loadlib.outputs.text import render_document
 
     runs = [trace_run("trace-box-a-2024-05-01", False), trace_run("trace-box-b-2024-05-01", None),
             trace_run("trace-box-c-2024-05-01", True)]
     document = compare(runs)
-    widths = sorted((len(line), line) for line in console.render(document).splitlines())
+    widths = sorted((len(line), line) for line in render_document(document).splitlines())
     assert widths[-1][0] <= 160, widths[-1][1]
     values = section(document, "settings").data.set_index("setting")  # JSON and CSV keep the whole values
     assert values.loc["server.server_args.cuda_graph_bs", "trace-box-a-2024-05-01"].endswith(", 253]")
@@ -211,7 +211,7 @@ def simulator_runs(tmp_path_factory):
         result = run_locust([*SIM_RUN, "--run-dir", "run", "--sim-args", f"--time-scale {scale} --trace trace.jsonl"],
                             cwd=work / name)
         assert result.returncode == 0, result.stderr[-3000:]
-        runs[name] = load_run(work / name / "run", name)
+        runs[name] = read_run(work / name / "run", name)
     return work, runs
 
 

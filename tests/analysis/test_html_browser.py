@@ -135,10 +135,11 @@ def test_page_of_a_run_stopped_by_sigterm_renders_offline_with_report_json_figur
 @pytest.mark.processes
 def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path, browser_page, capsys):
     dirs = []
-    for name, scale in (("fast", 1.0), ("slow", 1.3)):
+    for name, scale, ttft in (("fast", 1.0, 1.0), ("slow", 1.3, 0.7)):  # slow: decodes slower, answers sooner
         run = tmp_path / name
         run.mkdir()
-        records = [{**r, "total_s": r["total_s"] * scale if r["total_s"] else None} for r in protocol_run()]
+        records = [{**r, "total_s": r["total_s"] * scale if r["total_s"] else None,
+                    "ttft_s": r["ttft_s"] * ttft if r["ttft_s"] else None} for r in protocol_run()]
         (run / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
         dirs.append(str(run))
     out = tmp_path / "compare.html"
@@ -151,6 +152,11 @@ def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path
     shown = rows.evaluate_all("rs => rs.map(r => [r.cells[0].innerText, Number(r.dataset.diffPct), r.dataset.verdict])")
     assert {figure: (round(diff, 9), verdict) for figure, diff, verdict in shown} == \
         {v["figure"]: (round(v["diff_pct"], 9), v["verdict"]) for v in compared["verdicts"]}
+    judged = {figure: (verdict, cls) for figure, verdict, cls in rows.evaluate_all(
+        "rs => rs.map(r => [r.cells[0].innerText, r.dataset.verdict, r.cells[7].classList.value])")}
+    sooner, slower = judged["cn_essay TTFT s"], judged["c2-same per-stream decode t/s"]
+    assert sooner[0] == "lower" and "better" in sooner[1]  # a lower TTFT is better, not coloured as worse
+    assert slower[0] == "lower" and "worse" in slower[1]
     colours = browser_page.locator("#top .runs .chip").evaluate_all("cs => cs.map(c => c.style.background)")
     assert len(colours) == 2 and len(set(colours)) == 2
 

@@ -11,11 +11,10 @@ import pytest
 
 from analysis.__main__ import main
 from loadlib.record_table import records_frame
-from loadlib.report.contents import RunData
 from loadlib.report.html_charts import MAX_POINTS
 from loadlib.report.html_data import page_data
 from loadlib.report.html_page import render_page, write_page
-from loadlib.report.html_runs import as_runs
+from loadlib.run_view import RunView, read_run
 from tests.analysis.builders import build_record, free_running_records, protocol_run
 from tests.figures.test_sweep import closed, entry
 
@@ -39,7 +38,7 @@ def cli_json(capsys, *args) -> dict:
 
 def test_page_inlines_everything_and_names_no_outside_address(tmp_path):
     run = write_run(tmp_path / "a", protocol_run() + free_running_records())
-    page = write_page([("a", run)], tmp_path / "report.html").read_text(encoding="utf-8")
+    page = write_page([read_run(run)], tmp_path / "report.html").read_text(encoding="utf-8")
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # nothing fetched, even from disk
     assert "uPlot" in page and "report-data" in page
     assert not re.search(r"(src|href|url)\(?=?[\"']?https?://", page)
@@ -47,7 +46,7 @@ def test_page_inlines_everything_and_names_no_outside_address(tmp_path):
 
 def test_page_tables_equal_report_json(tmp_path, capsys):
     run = write_run(tmp_path / "a", protocol_run() + free_running_records())
-    data = embedded(write_page([("a", run)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    data = embedded(write_page([read_run(run)], tmp_path / "r.html").read_text(encoding="utf-8"))
     report = cli_json(capsys, "report", str(run), "--json")
     own = data["runs"][0]
     assert {s["key"]: s["data"] for s in own["sections"]} == \
@@ -60,7 +59,7 @@ def test_page_tables_equal_report_json(tmp_path, capsys):
 def test_comparison_verdicts_equal_compare_json(tmp_path, capsys):
     slower = [{**r, "total_s": r["total_s"] * 1.3 if r["total_s"] else None} for r in protocol_run()]
     a, b = write_run(tmp_path / "a", protocol_run()), write_run(tmp_path / "b", slower)
-    data = embedded(write_page([("a", a), ("b", b)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    data = embedded(write_page([read_run(a), read_run(b)], tmp_path / "r.html").read_text(encoding="utf-8"))
     compared = cli_json(capsys, "compare", str(a), str(b), "--json")
     key = lambda v: (v["run_b"], v["figure"])  # noqa: E731
     assert sorted(data["comparison"]["verdicts"], key=key) == sorted(compared["verdicts"], key=key)
@@ -71,15 +70,15 @@ def test_comparison_verdicts_equal_compare_json(tmp_path, capsys):
 def test_two_targets_in_one_run_read_as_a_comparison_of_them():
     records = [{**r, "target": "A"} for r in protocol_run()] + \
               [{**r, "request_id": r["request_id"] + "b", "target": "B"} for r in protocol_run()]
-    runs = as_runs([("ab", RunData(records_frame(records), {}))])
-    assert [label for label, _ in runs] == ["A", "B"]
-    data = page_data(runs)
+    run = RunView(records_frame(records), {}, label="ab")
+    assert [view.label for view in run.by_target(prefixed=False)] == ["A", "B"]
+    data = page_data([run])
     assert data["comparison"]["verdicts"] and {v["run_b"] for v in data["comparison"]["verdicts"]} == {"B"}
 
 
 def test_no_secret_reaches_the_page():
     manifest = {"model": "m", "target": {"url": "http://h", "api_key": "sk-live-123"}, "Authorization": "Bearer x1"}
-    page = render_page(page_data([("a", RunData(records_frame(protocol_run()), manifest))]))
+    page = render_page(page_data([RunView(records_frame(protocol_run()), manifest, label="a")]))
     assert "sk-live-123" not in page and "Bearer x1" not in page and "http://h" in page
 
 
@@ -87,7 +86,7 @@ def test_a_long_run_keeps_every_failure_and_its_exact_distribution_when_thinned(
     records = [build_record("closed", sent_at=1_700_000_000.0 + i * 0.01, ttft_s=0.1 + (i % 97) / 1000,
                             concurrency=4, case="closed", error="http_500" if i % 1000 == 0 else None,
                             comp=None if i % 1000 == 0 else 101) for i in range(20_000)]
-    data = page_data([("a", RunData(records_frame(records), {}))])
+    data = page_data([RunView(records_frame(records), {}, label="a")])
     requests = data["runs"][0]["requests"]
     shown = requests["columns"]
     assert requests["shown"] <= MAX_POINTS < requests["total"] == 20_000
@@ -117,7 +116,7 @@ def test_a_sweep_page_has_its_table_and_the_logs_of_those_that_did_not_serve_as_
     manifest = {"sweep": [entry("draft=4", draft=4), entry("draft=8", draft=8),
                           {**entry("draft=0", "exited", draft=0), "log_tail": ["loading", "error: draft must be above 0"]}]}
     run = write_run(tmp_path / "s", closed("draft=4", 0.5, 100, 25) + closed("draft=8", 0.25, 200, 20), manifest)
-    data = embedded(write_page([("s", run)], tmp_path / "r.html").read_text(encoding="utf-8"))
+    data = embedded(write_page([read_run(run)], tmp_path / "r.html").read_text(encoding="utf-8"))
     report = cli_json(capsys, "report", str(run), "--json")
     (sweep,) = data["sweeps"]
     shown = {s["key"]: s for s in sweep["sections"]}
@@ -133,7 +132,7 @@ def test_each_target_of_an_ab_run_names_only_its_own_server():
               [{**r, "request_id": r["request_id"] + "b", "target": "B"} for r in protocol_run()]
     manifest = {"model": "m", "targets": [{"label": "A", "url": "http://a:30000"}, {"label": "B", "url": "http://b:30000"}],
                 "profile": {"targets": [{"label": "A", "host": "http://a:30000"}, {"label": "B", "host": "http://b:30000"}]}}
-    data = page_data([("ab", RunData(records_frame(records), manifest))])
+    data = page_data([RunView(records_frame(records), manifest, label="ab")])
     for run, own, other in zip(data["runs"], ("http://a:30000", "http://b:30000"), ("http://b:30000", "http://a:30000")):
         assert own in run["heading"] and other not in run["heading"]
         assert dict(run["what"])["target.url"] == own and other not in str(run["what"])

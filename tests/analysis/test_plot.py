@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.plot import plot
+from loadlib.outputs.png import plot
 from tests.analysis.builders import build_run, extended_run, free_running_records, protocol_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from analysis.formats import csv as csv_format
-from analysis.formats import json as json_format
-from analysis.formats import markdown
 from analysis.report import run_report
-from loadlib.report import console
+from loadlib.outputs import csv as csv_format
+from loadlib.outputs import json as json_format
+from loadlib.outputs import markdown
+from loadlib.outputs.text import render_document
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_run, extended_run, free_running_records, profile_run, protocol_run
 
@@ -24,7 +24,7 @@ def sections(document):
 def test_report_is_the_manifest_then_the_live_summary_then_more_figures(protocol_records):
     manifest = {"model": "qwen", "target": {"url": "http://h:1", "builtin_simulator": False},
                 "protocol": {"rounds": 3}}
-    text = console.render(run_report(build_run(protocol_records, manifest=manifest)))
+    text = render_document(run_report([build_run(protocol_records, manifest=manifest)]))
     assert text.startswith("Manifest\n  model: qwen\n  target.url: http://h:1\n  target.builtin_simulator: false\n"
                            "  protocol.rounds: 3\n\n" + render_summary(protocol_records, manifest) +
                            "\n\nSingle stream, more figures")
@@ -47,7 +47,7 @@ Prefill (prefill = prompt/TTFT, the protocol's cold figure on cold rows; uncache
 
 
 def test_report_extends_the_protocol_with_window_aggregate_and_prefill():
-    text = console.render(run_report(build_run(extended_run())))
+    text = render_document(run_report([build_run(extended_run())]))
     assert GOLDEN_EXTRAS in text
     assert "Steady state" not in text  # no free-running cell, no empty section
 
@@ -74,31 +74,31 @@ def test_report_and_summary_show_prefill_per_size_cache_state_and_turns():
     """Figures by hand in `profile_run`; the framing-only hit of turn 0 counts as cold."""
     summary = render_summary(profile_run())
     assert GOLDEN_PROFILE in summary
-    assert summary in console.render(run_report(build_run(profile_run())))
+    assert summary in render_document(run_report([build_run(profile_run())]))
 
 
 def test_report_takes_goodput_targets_from_the_runs_profile_and_flags_override_them():
     manifest = {"profile": {"slo": {"ttft_s": 1.0, "decode_tps": 20.0}}}
-    steady = sections(run_report(build_run(free_running_records(), manifest=manifest)))["steady_state"]
+    steady = sections(run_report([build_run(free_running_records(), manifest=manifest)]))["steady_state"]
     assert "TTFT <= 1 s and decode >= 20 t/s" in steady.title
     assert steady.data.loc[0, "goodput_rps"] == pytest.approx(4 / 5.2)
-    tighter = sections(run_report(build_run(free_running_records(), manifest=manifest), slo_ttft_s=0.4))
+    tighter = sections(run_report([build_run(free_running_records(), manifest=manifest, slo_ttft_s=0.4)]))
     assert "TTFT <= 0.4 s and decode >= 20 t/s" in tighter["steady_state"].title
     assert tighter["steady_state"].data.loc[0, "goodput_rps"] == 0.0  # every TTFT is 0.5 s
 
 
 def test_report_shows_steady_state_of_free_running_cells():
-    document = run_report(build_run(free_running_records()), slo_ttft_s=1.0, slo_decode_tps=20.0)
-    text = console.render(document)
-    assert ("  cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed\n"
-            "  steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1") in text
+    document = run_report([build_run(free_running_records(), slo_ttft_s=1.0, slo_decode_tps=20.0)])
+    text = render_document(document)
+    assert ("  cell     window s   in flight   all-streams t/s   req/s   goodput req/s   SLO met   n   failed\n"
+            "  steady    1.0+5.2         2.0             123.1    0.96            0.77       67%   6        1") in text
     assert "goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s" in text
     steady = sections(document)["steady_percentiles"].data.set_index("figure")
     assert steady.loc["e2e_tps", "p50"] == pytest.approx(75.5)
 
 
 def test_json_report_keeps_the_issue_8_schema_and_adds_every_table():
-    payload = json.loads(json_format.render(run_report(build_run(extended_run(), manifest={"model": "m"}))))
+    payload = json.loads(json_format.render_document(run_report([build_run(extended_run(), manifest={"model": "m"})])))
     assert payload["manifest"] == {"model": "m"}
     assert payload["single"]["code"]["n"] == 3
     assert [row["aggregate_tps"] for row in payload["concurrent"]] == [200.0, 200.0]
@@ -109,7 +109,7 @@ def test_json_report_keeps_the_issue_8_schema_and_adds_every_table():
 
 
 def test_json_percentiles_carry_their_interval_and_sufficiency_by_percentile():
-    payload = json.loads(json_format.render(run_report(build_run(extended_run()))))
+    payload = json.loads(json_format.render_document(run_report([build_run(extended_run())])))
     rows = [row for rows in payload["tables"].values() for row in rows if "p99_ci_low" in row]
     assert rows, "no table with percentile intervals"
     for row in rows:
@@ -119,7 +119,7 @@ def test_json_percentiles_carry_their_interval_and_sufficiency_by_percentile():
 
 
 def test_csv_report_is_one_tidy_table_that_pivots_back():
-    rows = list(csv.DictReader(io.StringIO(csv_format.render(run_report(build_run(protocol_run()))))))
+    rows = list(csv.DictReader(io.StringIO(csv_format.render_document(run_report([build_run(protocol_run())])))))
     assert set(rows[0]) == {"section", "row", "column", "value"}
     decode = {r["row"]: float(r["value"]) for r in rows if r["section"] == "single" and r["column"] == "decode_tps"}
     assert decode == {"code": pytest.approx(610 / 3), "cn_essay": 75.0}
@@ -128,8 +128,17 @@ def test_csv_report_is_one_tidy_table_that_pivots_back():
 
 
 def test_markdown_report_is_pipe_tables_with_numbers_right_aligned():
-    text = markdown.render(run_report(build_run(protocol_run(), manifest={"model": "qwen"})))
+    text = markdown.render_document(run_report([build_run(protocol_run(), manifest={"model": "qwen"})]))
     assert "| manifest | value |\n|:---|:---|\n| model | qwen |" in text
     assert ("| scenario | decode t/s | range | TTFT s | tok/chunk | n |\n"
             "|:---|---:|---:|---:|---:|---:|\n"
             "| code (code generation) | 203.3 | 160.0–250.0 | 0.200 | 4.01 | 3 |") in text
+
+
+def test_markdown_report_leads_with_the_tables_and_ends_with_the_manifest():
+    """Issue 35 item 7: a post starts with the answer, the ~50 manifest rows after it."""
+    text = markdown.render_document(run_report([build_run(protocol_run(), manifest={"model": "qwen"})]))
+    parts = text.split("\n\n")
+    assert parts[0].startswith("## uni-bench summary") and parts[1].startswith("**Single stream")
+    assert parts[-2] == "**Manifest** (what was run, as the run recorded it)"
+    assert parts[-1].startswith("| manifest | value |")

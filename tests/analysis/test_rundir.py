@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 import loadlib.record_table
-from analysis.rundir import RunDirError, load_run
-from loadlib.record_table import JournalError, SkippedLinesWarning, read_records_frame
+from loadlib.record_table import JournalError, SkippedLinesWarning, read_journal, read_records_frame, split_records
 from loadlib.records import RequestRecord
+from loadlib.run_view import RunDirError, read_run
 from tests.analysis.builders import build_record
 
 
@@ -98,7 +98,7 @@ def test_a_records_file_can_be_given_directly(write_run, protocol_records):
 
 
 def test_a_run_without_a_manifest_has_an_empty_one_and_is_labelled_by_its_directory(write_run, protocol_records):
-    run = load_run(write_run(protocol_records, name="box-a"))
+    run = read_run(write_run(protocol_records, name="box-a"))
     assert run.manifest == {} and run.label == "box-a" and len(run.records) == 14
 
 
@@ -106,7 +106,7 @@ def test_a_manifest_that_is_not_an_object_is_rejected(write_run, protocol_record
     run_dir = write_run(protocol_records)
     (run_dir / "manifest.json").write_text("[1, 2]")
     with pytest.raises(RunDirError, match="manifest.json: not a JSON object"):
-        load_run(run_dir)
+        read_run(run_dir)
 
 
 LOCUST_STATS = """\
@@ -125,7 +125,7 @@ def test_locusts_own_csv_files_are_read_beside_the_records(write_run, protocol_r
     run_dir = write_run(protocol_records)
     (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)
     (run_dir / "locust_stats_history.csv").write_text(LOCUST_HISTORY)
-    run = load_run(run_dir)
+    run = read_run(run_dir)
     assert run.locust.stats["Request Count"].tolist() == [12, 12]
     assert run.locust.history["User Count"].tolist() == [0, 8]
     assert run.locust.history["50%"].isna().tolist() == [True, False]
@@ -134,15 +134,30 @@ def test_locusts_own_csv_files_are_read_beside_the_records(write_run, protocol_r
 
 def test_locust_stats_appear_in_the_report(write_run, protocol_records):
     from analysis.report import run_report
-    from loadlib.report import console
+    from loadlib.outputs.text import render_document
 
     run_dir = write_run(protocol_records)
     (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)
-    text = console.render(run_report(load_run(run_dir)))
+    text = render_document(run_report([read_run(run_dir)]))
     assert "Locust's own statistics" in text
     assert ("  type   name         requests   failures   median   average   p99   per s\n"
             "  CHAT   single             12          1      130    127.10   130    0.60\n"
             "         Aggregated         12          1      130    127.10   130    0.60") in text
+
+
+def test_locust_stats_reach_the_csv_their_aggregated_row_without_a_type(write_run, protocol_records):
+    """Locust's Aggregated row has no Type: its CSV row is "/Aggregated" (the report's CSV was a traceback)."""
+    import csv
+    import io
+
+    from analysis.report import run_report
+    from loadlib.outputs import csv as csv_format
+
+    run_dir = write_run(protocol_records)
+    (run_dir / "locust_stats.csv").write_text(LOCUST_STATS)
+    rows = list(csv.DictReader(io.StringIO(csv_format.render_document(run_report([read_run(run_dir)])))))
+    assert {"section": "locust_stats", "row": "/Aggregated", "column": "Request Count", "value": "12"} in rows
+    assert {"section": "locust_stats", "row": "CHAT/single", "column": "Request Count", "value": "12"} in rows
 
 
 def test_compare_puts_locusts_totals_beside_each_run(write_run, protocol_records):
@@ -150,7 +165,7 @@ def test_compare_puts_locusts_totals_beside_each_run(write_run, protocol_records
 
     run_dirs = [write_run(protocol_records, name=name) for name in ("a", "b")]
     (run_dirs[0] / "locust_stats.csv").write_text(LOCUST_STATS)
-    totals = next(s for s in compare([load_run(d) for d in run_dirs]).sections if s.key == "locust_totals")
+    totals = next(s for s in compare([read_run(d) for d in run_dirs]).sections if s.key == "locust_totals")
     assert totals.view.values.tolist() == [["events", "12", "-"], ["failures", "1", "-"], ["events/s", "0.60", "-"],
                                            ["median", "130", "-"], ["p99", "130", "-"]]
 
@@ -181,7 +196,7 @@ def _read_from_copy(path, **options):
         raise AssertionError("read the journal, not its copy")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loadlib.record_table, "_arrow_table", no_journal)
-        patch.setattr(loadlib.record_table, "exact_frame", no_journal)
+        patch.setattr(loadlib.record_table, "_exact_frames", no_journal)
         return read_records_frame(path, **options)
 
 
@@ -225,17 +240,22 @@ def test_a_copy_that_cannot_be_written_costs_only_a_warning(write_run, protocol_
     assert not list(run_dir.glob(".*partial"))
 
 
-def test_unmeasured_requests_read_the_same_from_the_copy_and_the_journal(write_run, protocol_records):
+def test_unmeasured_requests_are_read_in_the_same_pass_alike_from_the_copy_the_journal_and_record_by_record(
+        write_run, protocol_records):
     records = [{**r, "measured": i not in (2, 9)} for i, r in enumerate(protocol_records)]
     run_dir = write_run(records)
-    from_journal = loadlib.record_table.read_unmeasured_frame(run_dir)
-    read_records_frame(run_dir, keep_copy=True)
+    measured, from_journal = read_journal(run_dir, keep_copy=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loadlib.record_table, "records_frame", lambda *a: pytest.fail("read the journal, not its copy"))
-        from_copy = loadlib.record_table.read_unmeasured_frame(run_dir)
+        patch.setattr(loadlib.record_table, "_arrow_table", lambda *a: pytest.fail("read the copy, not the journal"))
+        from_copy = read_journal(run_dir)[1]
+    exact_measured, exact = loadlib.record_table._exact_frames(run_dir / "records.jsonl")
     assert from_journal["request_id"].tolist() == [records[2]["request_id"], records[9]["request_id"]]
-    pd.testing.assert_frame_equal(from_copy, from_journal, check_dtype=False, check_categorical=False)
-    assert loadlib.record_table.read_unmeasured_frame(write_run(protocol_records, name="all-measured")) is None
+    assert from_journal["measured"].all() and len(measured) == 12
+    for other in (from_copy, exact):
+        pd.testing.assert_frame_equal(other, from_journal, check_dtype=False, check_categorical=False)
+    pd.testing.assert_frame_equal(exact_measured, measured, check_dtype=False, check_categorical=False)
+    assert read_journal(write_run(protocol_records, name="all-measured"))[1] is None
+    assert split_records(records)[1]["request_id"].tolist() == from_journal["request_id"].tolist()
 
 
 def test_a_records_json_line_holds_about_its_own_length_in_memory():
@@ -258,17 +278,15 @@ def test_a_run_shared_as_its_columnar_copy_alone_is_read_from_it(write_run, prot
     its journal, and every command reads it as before."""
     records = [{**r, "measured": i != 3} for i, r in enumerate(protocol_records)]
     run_dir = write_run(records, manifest={"tool": {"name": "uni-locust"}})
-    journal_frame = read_records_frame(run_dir, keep_copy=True)
-    unmeasured = loadlib.record_table.read_unmeasured_frame(run_dir)
+    journal_frame, unmeasured = read_journal(run_dir, keep_copy=True)
     shared = tmp_path / "shared"
     shared.mkdir()
     for name in ("records.parquet", "manifest.json"):
         shutil.copy(run_dir / name, shared / name)
     pd.testing.assert_frame_equal(read_records_frame(shared), journal_frame)
     pd.testing.assert_frame_equal(read_records_frame(shared / "records.parquet"), journal_frame)
-    pd.testing.assert_frame_equal(loadlib.record_table.read_unmeasured_frame(shared), unmeasured,
-                                  check_dtype=False, check_categorical=False)
-    assert len(load_run(shared).records) == 13
+    pd.testing.assert_frame_equal(read_journal(shared)[1], unmeasured, check_dtype=False, check_categorical=False)
+    assert len(read_run(shared).records) == 13
     pd.testing.assert_frame_equal(read_records_frame(run_dir / "records.parquet"), journal_frame)  # its journal's
 
 
@@ -284,4 +302,4 @@ def test_a_copy_alone_that_is_not_one_is_one_line_naming_it(tmp_path, copy, prob
     else:
         pd.DataFrame({"request_id": ["a"], "ttft": [0.1]}).to_parquet(run_dir / "records.parquet")
     with pytest.raises(RunDirError, match=problem):
-        load_run(run_dir)
+        read_run(run_dir)

@@ -111,9 +111,9 @@ def test_records_arriving_out_of_order_from_two_workers_render_in_protocol_order
 FREE_RUNNING = """\
 uni-bench summary: steady run, model qwen, target http://h:1 (built-in simulator), max_tokens 512, thinking off, 7 requests, 1 failed
 
-Steady state of free-running cells (window: in-flight requests at or above their median; goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s)
-  cell     window s   in flight   decode t/s   req/s   goodput req/s   SLO met   n   failed
-  steady    1.0+5.2         2.0        123.1    0.96            0.77       67%   6        1
+Steady state of free-running cells (window: in-flight requests at or above their median; all-streams t/s = decode tokens of every stream per second of the window; goodput = completions/s meeting TTFT <= 1 s and decode >= 20 t/s)
+  cell     window s   in flight   all-streams t/s   req/s   goodput req/s   SLO met   n   failed
+  steady    1.0+5.2         2.0             123.1    0.96            0.77       67%   6        1
 
 Steady-state percentiles (raw records sent within the window; CI = 95% confidence interval (order statistics, distribution-free, ≥ x: no upper bound from so few samples, -: no bound); ~ : fewer than 100 samples for p99 / 10 for p90, the value is the sample's maximum region, not a tail estimate)
   cell     figure            p50      p90      p99   n   p50 CI    p90 CI    p99 CI

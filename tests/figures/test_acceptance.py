@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from analysis.report import run_report
-from analysis.rundir import load_run
 from loadlib.figures import acceptance
 from loadlib.record_table import read_records_frame, records_frame
 from loadlib.report.document import rows
 from loadlib.report.sections import acceptance_section
 from loadlib.report.summary import render_summary
+from loadlib.run_view import read_run
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
 from loadlib.truth.server_figures import CellSpan, SpecCounters
 from tests.analysis.builders import build_record
@@ -164,8 +164,8 @@ def test_report_json_carries_the_section_and_sglang_is_asked_only_as_the_option_
                             capture_output=True, text=True, timeout=60)
     found = json.loads(report.stdout)["tables"]["acceptance"]
     assert [row["scenario"] for row in found] == ["code", "cn_essay", "code_b"] and found[0]["accept_length"] > 5
-    assert load_run(run_dir).manifest["protocol"]["spec_details"] is True
+    assert read_run(run_dir).manifest["protocol"]["spec_details"] is True
     off, off_dir = flavour_runs["off"]
     assert off.returncode == 0, off.stderr[-3000:]
     assert read_records_frame(off_dir)["spec_verify_steps"].isna().all()
-    assert {s.key: s for s in run_report(load_run(off_dir)).sections}["acceptance"].data.empty
+    assert {s.key: s for s in run_report([read_run(off_dir)]).sections}["acceptance"].data.empty

@@ -12,12 +12,12 @@ import pytest
 
 from analysis.report import run_report
 from loadlib.figures import free_running
+from loadlib.outputs.text import render_document
 from loadlib.record_table import records_frame
 from loadlib.records import read_records
-from loadlib.report import console
 from loadlib.report.charts import ChartRun, drawn_charts
-from loadlib.report.contents import RunData
 from loadlib.report.summary import summary_document
+from loadlib.run_view import RunView
 from tests.analysis.builders import build_record, build_run
 from tests.profile_runs import run_profile
 
@@ -89,9 +89,9 @@ def test_a_protocol_only_run_has_no_buckets():
 
 def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
     run = build_run(_by_length_records())
-    report = run_report(run)
-    assert "by_length" not in [s.key for s in summary_document(run.records, {}).sections]
-    text = console.render(report)
+    report = run_report([run])
+    assert "by_length" not in [s.key for s in summary_document(run).sections]
+    text = render_document(report)
     assert "By length, free-running cells: TTFT by prompt tokens and decode by completion tokens" in text
     assert "  closed   TTFT s       prompt 96–127       0.200   0.280   0.298   2\n" in text
     assert "  open     decode t/s   completion 96–127    50.0    50.0    50.0   1\n" in text
@@ -100,7 +100,7 @@ def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
 
 
 def _by_length_charts(records: list[dict]) -> dict[str, dict]:
-    charts = drawn_charts([ChartRun("run", RunData(records_frame(records), {}))])
+    charts = drawn_charts([ChartRun(RunView(records_frame(records), {}, label="run"))])
     return {chart["id"]: chart for chart in charts if chart["figure"] == "by_length_{run}"}
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.formats import json as json_format
 from analysis.report import run_report
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.uncertainty import (RankedSample, enough_samples, percentile_interval, percentile_uncertainty,
                                          rank_interval, samples_needed, uncertainty_columns)
+from loadlib.outputs import json as json_format
 from loadlib.record_table import records_frame
 from loadlib.report.summary import render_summary
 from tests.analysis.builders import build_record, build_run
@@ -146,7 +146,7 @@ def test_a_percentile_on_enough_samples_reads_as_before_with_its_interval():
 
 
 def test_json_has_each_percentiles_interval_and_whether_it_had_enough_samples():
-    payload = json.loads(json_format.render(run_report(build_run(single_cell([0.1, 0.2, 0.3, 0.5, 0.7])))))
+    payload = json.loads(json_format.render_document(run_report([build_run(single_cell([0.1, 0.2, 0.3, 0.5, 0.7]))])))
     row = payload["tables"]["ttft_percentiles"][0]
     assert (row["p90"], row["p90_ci_low"], row["p90_ci_high"], row["p90_enough"]) == (pytest.approx(0.62), 0.3,
                                                                                       None, False)
@@ -155,7 +155,7 @@ def test_json_has_each_percentiles_interval_and_whether_it_had_enough_samples():
 
 def test_thinking_runs_show_ttfo_percentiles_with_theirs_in_a_table_of_their_own():
     records = [build_record(round=i, ttft_s=0.1, ttfo_s=1.0 + i / 10, total_s=3.0) for i in range(12)]
-    document = run_report(build_run(records))
+    document = run_report([build_run(records)])
     sections = {section.key: section for section in document.sections}
     ttfo = sections["ttfo_percentiles"]
     assert "TTFO = time to the first answer token after the reasoning" in ttfo.title

@@ -13,8 +13,8 @@ import pytest
 
 from loadlib.figures.sweep import pooled_accept_length, sweep_rows, sweep_table
 from loadlib.record_table import records_frame
-from loadlib.report.contents import RunData
-from loadlib.report.run_figures import RunFigures
+from loadlib.report.contents import sweep_of
+from loadlib.run_view import RunView
 from tests.analysis.builders import build_record
 
 T0 = 1_700_000_000.0
@@ -43,7 +43,7 @@ def entry(label: str, status: str = "ok", **config) -> dict:
 
 def configs(df, entries: list[dict]):
     """The configurations as the sweep's report reads them: the records split by server once."""
-    return RunFigures(RunData(df, {"sweep": entries})).configs
+    return RunView(df, {"sweep": entries}).configs
 
 
 def test_each_configuration_gets_its_own_figures_in_the_sweeps_order():
@@ -105,7 +105,7 @@ def test_verdicts_judge_each_configuration_that_served_against_the_first():
                + closed("mrr=4", 1.0, 100, 25, per_stream=30, sd=0.03, seed=2)
                + closed("mrr=2-again", 0.5, 100, 25, per_stream=30, sd=0.03, seed=3))
     manifest = {"sweep": [entry("mrr=2"), entry("mrr=3", "died"), entry("mrr=4"), entry("mrr=2-again")]}
-    sections, found = RunFigures(RunData(records_frame(records), manifest)).sweep
+    sections, found = sweep_of(RunView(records_frame(records), manifest))
     assert [section.key for section in sections] == ["sweep", "sweep_logs", "verdicts"]
     verdicts = {(row["run_b"], row["figure"]): row for row in found["verdicts"]}
     assert {row["run_a"] for row in found["verdicts"]} == {"mrr=2"}

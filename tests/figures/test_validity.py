@@ -18,11 +18,11 @@ from loadlib.figures import free_running
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.validity import (EDGE_S, Check, littles_law, server_absence, validity_checks,
                                       validity_summary)
-from loadlib.record_table import read_records_frame, records_frame
+from loadlib.record_table import records_frame
 from loadlib.report.document import rows
 from loadlib.report.summary import render_summary
-from loadlib.report.targets import target_runs
 from loadlib.report.validity import checks_section, findings
+from loadlib.run_view import read_run
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import parsed
 from loadlib.truth.server_figures import CellSpan, ServerCell
@@ -555,10 +555,10 @@ def test_each_server_of_a_run_counts_its_own_warm_up_on_the_clients_side(tmp_pat
     manifest = {"client_watch": [CALM], "targets": [
         {"label": label, "server": {"metrics": {"interval_s": 5, "sources": {"target": "http://h/metrics"},
                                                 "missing": {}}}} for label in ("a", "b")]}
-    measured = read_records_frame(tmp_path)
-    for target in target_runs(measured, manifest, tmp_path):
-        assert len(target.data.unmeasured) == 1 and set(target.data.unmeasured["target"]) == {target.label}
-        counted = {c.name: c for c in target.data.checks if c.name in ("tokens", "requests")}
+    (tmp_path / "manifest.json").write_text(orjson.dumps(manifest).decode())
+    for target in read_run(tmp_path).servers:
+        assert len(target.unmeasured) == 1 and set(target.unmeasured["target"]) == {target.label}
+        counted = {c.name: c for c in target.checks if c.name in ("tokens", "requests")}
         assert counted["requests"].ok and counted["requests"].detail == "client counted 5 requests, server 5"
         assert counted["tokens"].ok
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from loadlib.figures import verdicts
+from loadlib.figures.bootstrap import block_length
 from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.headline import headline_figures
 from loadlib.figures.verdicts import HIGHER, LOWER, SAME, TOO_FEW, Sample, verdict
@@ -85,28 +86,14 @@ def test_an_autocorrelated_series_gets_blocks_and_an_interval_wider_than_an_inde
     for seed in range(30):
         rng = np.random.default_rng(2000 + seed)
         a, b = ar1(rng, 400, 0.8, 100.0), ar1(rng, 400, 0.8, 108.0)
-        blocked = verdict(Sample.of(a, block=verdicts.block_length(a)), Sample.of(b, block=verdicts.block_length(b)))
+        blocked = verdict(Sample.of(a, block=block_length(a)), Sample.of(b, block=block_length(b)))
         naive = verdict(Sample.of(a), Sample.of(b))
-        assert 8 <= verdicts.block_length(a) <= 60
+        assert 8 <= block_length(a) <= 60
         assert blocked.ci_high_pct - blocked.ci_low_pct > 1.8 * (naive.ci_high_pct - naive.ci_low_pct)
         block_held += holds(blocked, 8.0)
         naive_held += holds(naive, 8.0)
     assert block_held >= 26  # 95 % expected: 28.5 of 30 (29 here)
     assert naive_held <= 24  # about 2 in 3 (20 here)
-
-
-def test_an_independent_series_keeps_blocks_of_one_or_two():
-    rng = np.random.default_rng(3)
-    assert verdicts.block_length(rng.normal(0, 1, 400)) <= 2
-    assert verdicts.block_length(np.arange(3.0)) == 1
-
-
-def test_circular_blocks_are_runs_of_consecutive_units_wrapping_past_the_end():
-    units = np.arange(10.0)[:, None]
-    drawn = verdicts.resample(units, 3, np.random.default_rng(0), 50)[..., 0]
-    assert drawn.shape == (50, 10)
-    steps = np.diff(drawn[:, :9].reshape(50, 3, 3), axis=2)
-    assert np.all((steps == 1) | (steps == -9))
 
 
 def test_fewer_than_two_samples_on_either_side_is_too_few_samples():

@@ -6,20 +6,21 @@ more than it serves."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from loadlib.figures import capacity
-from loadlib.figures.capacity import (Criteria, block_length, delivery, delivery_text, flow, judged_requests,
-                                      level_flow, level_table, littles_law, slo_met_share)
+from loadlib.figures.capacity import (delivery, delivery_text, flow, judged_requests, level_block, level_flow,
+                                      level_table, littles_law, slo_met_share)
+from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import steady_cell
-from loadlib.figures.uncertainty import block_resample_indices
+from loadlib.figures.goodput import Slo
 from loadlib.modes.search import BROKE, HELD, judge
-from loadlib.profiles import Slo
 
-GOODPUT_95 = Criteria(ttft_s=1.0, goodput=0.95)  # 95 % of requests with TTFT within 1 s
+GOODPUT_95 = Slo(ttft_s=1.0, goodput=0.95)  # 95 % of requests with TTFT within 1 s
 N = 400
 
 
@@ -41,20 +42,27 @@ def test_single_request_resamples_meet_a_goodput_target_as_often_as_the_binomial
     assert share == pytest.approx(binomial_tail(N, 0.96, 380), abs=0.03)
 
 
-def test_moving_blocks_keep_a_slow_spell_together_and_are_less_sure_of_the_level():
+def test_blocks_keep_a_slow_spell_together_and_are_less_sure_of_the_level():
     """The same 16 misses as two spells of 8 consecutive requests: single-request resamples cannot
-    tell them from scattered misses (0.87), blocks of 7 can. A block of 7 starting anywhere in 394
-    places holds 1, 2, .., 7, 7, .., 1 misses of a spell, so the 58 blocks of a resample hold 16.5
-    misses with a standard deviation of 8.8, not 3.9: at most 20 in about 67 % of resamples. Scattered
-    one every 25 requests, a block holds at most one and the share does not fall."""
+    tell them from scattered misses (0.87). The spells make neighbouring requests alike (lag-1
+    autocorrelation 0.87), so the level's blocks are long (31 requests: `bootstrap.block_length`) and
+    a resample holds a spell whole or not at all: SLO met in about two resamples of three. Scattered
+    one every 25 requests, neighbours are not alike, the block is one request and the share does not
+    fall."""
     spells = np.r_[np.arange(100, 108), np.arange(300, 308)]
     scattered = np.arange(12, N, 25)
-    assert block_length(N) == 7
+    assert level_block(*spelled(spells)) == 31 and level_block(*spelled(scattered)) == 1
     single = slo_met_share(*misses_at(spells), GOODPUT_95, seed=1, block=1)
     blocks = slo_met_share(*misses_at(spells), GOODPUT_95, seed=1)
     assert single == pytest.approx(0.873, abs=0.03)
     assert blocks == pytest.approx(0.67, abs=0.08) and blocks < single - 0.1
     assert slo_met_share(*misses_at(scattered), GOODPUT_95, seed=1) >= single - 0.02
+
+
+def spelled(index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`misses_at`'s TTFT and decode, and whether each request met `GOODPUT_95`'s targets."""
+    ok, ttft, decode = misses_at(index)
+    return ttft, decode, meets_slo(ok, ttft, decode, GOODPUT_95.ttft_s, GOODPUT_95.decode_tps)
 
 
 def test_a_level_far_inside_its_slo_is_met_in_every_resample_and_one_far_outside_in_none():
@@ -69,19 +77,9 @@ def test_the_search_judges_by_the_same_rule_with_single_request_resamples():
     frame = pd.DataFrame({"ok": rng.random(300) > 0.01, "ttft_s": rng.uniform(0, 0.2, 300),
                           "decode_tps": rng.uniform(15, 40, 300), "queue_s": np.nan})
     slo = Slo(ttft_s=0.15, ttft_p=80, decode_tps=20, decode_p=70, goodput=0.5)
-    shared = slo_met_share(*judged_requests(frame), Criteria.of(slo), seed=9, block=1)
+    shared = slo_met_share(*judged_requests(frame), slo, seed=9, block=1)
     assert judge(frame, slo, seed=9).pass_share == shared
-    assert Criteria.of(slo.model_dump()) == Criteria.of(slo)
-
-
-def test_moving_block_resamples_are_runs_of_consecutive_requests_and_one_is_the_ordinary_bootstrap():
-    rows = block_resample_indices(np.random.default_rng(0), 10, 500, block=3)
-    assert rows.shape == (500, 10) and rows.min() == 0 and rows.max() == 9
-    for row in rows:  # blocks of 3 consecutive indices, the last cut to 1
-        assert all(row[i + 1] == row[i] + 1 for start in (0, 3, 6) for i in range(start, start + 2))
-    ordinary = np.random.default_rng(5).integers(0, 10, (4, 10))
-    assert (block_resample_indices(np.random.default_rng(5), 10, 4) == ordinary).all()
-    assert [block_length(n) for n in (1, 8, 27, 1000)] == [1, 2, 3, 10]
+    assert Slo.of(asdict(slo)) == slo  # as the manifest keeps it
 
 
 def test_the_share_is_seeded_so_a_recomputation_agrees():
@@ -151,7 +149,7 @@ def test_the_level_table_pools_a_level_run_twice_and_resamples_its_requests_in_s
     table = level_table(df, search)
     assert list(table.columns) == capacity.LEVEL_COLUMNS and list(table["value"]) == [1, 2, 4]
     one, two, four = table.to_dict("records")
-    assert two["n"] == 160 and two["block"] == 5 and two["pass_share_blocks"] == 1.0
+    assert two["n"] == 160 and two["block"] == 1 and two["pass_share_blocks"] == 1.0  # alike requests: no spell
     assert two["delivered_rps"] == pytest.approx(4, rel=0.02) and two["little_holds"]
     assert two["little_in_flight"] == 2 and two["little_rate_rps"] == pytest.approx(4, rel=0.02)
     assert one["delivered_rps"] == pytest.approx(4, rel=0.02) and one["in_flight"] == pytest.approx(1, rel=0.01)
@@ -262,7 +260,7 @@ def test_the_level_table_judges_a_rate_level_as_the_search_did():
     queued = rate_level(32, 5, 0.08, free_users=2, cell="search-32rps")
     queued[["sent_at", "end_at"]] += 10
     df = pd.concat([healthy, queued], ignore_index=True)
-    search = {"variable": "rate", "slo": TTFT_P90_03.model_dump(),
+    search = {"variable": "rate", "slo": asdict(TTFT_P90_03),
               "levels": [{"value": 16, "cells": ["search-16rps"]}, {"value": 32, "cells": ["search-32rps"]}]}
     table = level_table(df, search).set_index("value")
     for value, frame in ((16, healthy), (32, queued)):

@@ -68,8 +68,8 @@ def test_the_summary_says_which_send_the_slo_counts_from():
     steady = next(part for part in opened.split("\n\n") if part.startswith("Steady state"))
     assert "open: TTFT from the intended send time (coordinated omission corrected)" in steady
     assert steady.splitlines()[1:] == [
-        "  cell   window s   in flight   decode t/s   req/s   goodput req/s   SLO met   SLO met from send    n   failed",
-        "  open   0.0+10.8         0.8         92.6    0.93            0.56       60%                100%   10        0"]
+        "  cell   window s   in flight   all-streams t/s   req/s   goodput req/s   SLO met   SLO met from send    n   failed",
+        "  open   0.0+10.8         0.8              92.6    0.93            0.56       60%                100%   10        0"]
     closed = render_summary(one_user("closed"), {"profile": {"slo": {"ttft_s": 0.5}}})
     assert "intended send" not in closed and "from send" not in closed
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from loadlib.figures.capacity import LEVEL_COLUMNS, level_seed
+from loadlib.figures.goodput import Slo
 from loadlib.modes.search import BROKE, CLOSE, FAILED, HELD, Judgement, Search, cell_name, judge
-from loadlib.profiles import Slo
 from loadlib.report.search import search_section
 
 TTFT_P90 = Slo(ttft_s=0.1, ttft_p=90)

@@ -36,7 +36,6 @@ from pydantic import PositiveInt
 from loadlib.modes.base import Driver, LoadMode, ModeState
 from loadlib.scenarios import Cell, Mix, build_scenarios
 from loadlib.scenarios.spec import Strict
-from loadlib.wire.client import RequestTag
 
 
 class CountdownLoad(Strict):
@@ -67,8 +66,7 @@ class CountdownUsers(ModeState):
             return
         self.left -= 1
         job = self.mix.next(user.stream)
-        user.send(user.body_of(job), RequestTag(job.scenario, "countdown", self.cell.concurrency, "countdown",
-                                                slot=user.stream), job=job)
+        user.send(user.body_of(job), self.cell.label(job, user.stream))
 
 
 class Countdown(LoadMode):

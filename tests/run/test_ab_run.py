@@ -151,7 +151,7 @@ def test_free_running_cells_alternate_across_worker_processes(free_running_ab):
     assert set(measured["target"]) == {"A", "B"} and set(measured["worker"]) == {0, 1}
     spans = measured.groupby("target")["sent_at"].agg(["min", "max"])
     assert spans.loc["A", "max"] < spans.loc["B", "min"]  # closed@A, then closed@B
-    assert "Verdicts against A" in result.stdout and "closed steady decode t/s: B is" in result.stdout
+    assert "Verdicts against A" in result.stdout and "closed steady all-streams t/s: B is" in result.stdout
 
 
 @pytest.mark.processes

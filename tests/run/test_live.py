@@ -8,7 +8,7 @@ import pytest
 from loadlib.figures import live
 from loadlib.figures.live import TTFT_BUFFER, LiveCounters
 from loadlib.sim.process import start_simulator
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.wire.client import ChatClient, ChatSettings, chat_body
 
 STREAMS = 4
 
@@ -27,7 +27,7 @@ def run_streams(url: str, counters: LiveCounters | None, streams: int = STREAMS,
     for client in clients:
         client.connection.connect()
     prompt = [{"role": "user", "content": "Write a Python function that merges two sorted lists."}]
-    jobs = [gevent.spawn(client.stream, chat_body(settings, prompt), RequestTag("code", "live"), f"live-{i}")
+    jobs = [gevent.spawn(client.stream, chat_body(settings, prompt), f"live-{i}")
             for i, client in enumerate(clients)]
     snapshots = []
     source = counters if counters is not None else live.COUNTERS
@@ -71,7 +71,7 @@ def test_a_failed_request_counts_as_ended_and_failed_without_usage_tokens(sim):
     counters = LiveCounters()
     client = ChatClient(sim.url, ChatSettings(model="sim", timeout_s=30), live_counters=counters)
     body = chat_body(client.settings, [{"role": "user", "content": "hi"}], max_tokens=1)
-    record = client.stream(body, RequestTag("code", "live"), "one-token")  # comp <= 1: a failure
+    record = client.stream(body, "one-token")  # comp <= 1: a failure
     client.close()
     snapshot = counters.snapshot_and_reset()
     assert record.error == "completion_tokens <= 1"

@@ -17,9 +17,9 @@ import psutil
 import pytest
 
 from loadlib.figures import formulas
-from loadlib.records import RECORDS_FILE, RecordJournal
+from loadlib.records import RECORDS_FILE, RecordJournal, RequestLabel, RequestRecord
 from loadlib.report.protocol import cut_short
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.wire.client import ChatClient, ChatSettings, chat_body
 from tests.conftest import LOCUSTFILE, run_locust
 from tests.wire.test_robustness_faults import EXPECTED, MODEL, FaultServer
 
@@ -270,7 +270,9 @@ def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path, sim):
     try:
         for i in range(3):
             body = chat_body(client.settings, [{"role": "user", "content": f"Count to {i + 5}."}])
-            journal_file.append(client.stream(body, RequestTag(scenario="code", cell="single", round=i), f"r{i}"))
+            exchange = client.stream(body, f"r{i}")
+            label = RequestLabel("code", "single", "single", round=i)
+            journal_file.append(RequestRecord.of(label, exchange, f"r{i}", worker=0, user=0))
     finally:
         client.close()
         journal_file.close()

@@ -11,7 +11,7 @@ import pytest
 from loadlib.run.options import thinking_mode
 from loadlib.scenarios.base import request_params
 from loadlib.scenarios.thread import PROTOCOL_PROMPTS
-from loadlib.wire.client import ChatClient, ChatSettings, RequestTag, chat_body
+from loadlib.wire.client import ChatClient, ChatSettings, chat_body
 
 MESSAGES = [{"role": "user", "content": PROTOCOL_PROMPTS["code"]}]
 
@@ -46,7 +46,7 @@ def test_server_default_on_the_simulator_answers_as_thinking_on_does(simulator):
     def answer(mode: str):
         client = ChatClient(sim.url, ChatSettings("sim", max_tokens=1024, thinking=mode))
         try:
-            record = client.stream(chat_body(client.settings, MESSAGES), RequestTag("code", "single"), f"r-{mode}")
+            record = client.stream(chat_body(client.settings, MESSAGES), f"r-{mode}")
         finally:
             client.close()
         assert record.error is None, record.error

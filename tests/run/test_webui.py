@@ -321,6 +321,24 @@ def test_the_start_form_refuses_a_concurrency_above_its_number_of_users(tmp_path
         assert start("8")["success"] is True
 
 
+@pytest.mark.processes
+def test_the_start_forms_ramp_up_is_the_rate_users_start_at(tmp_path):
+    """Issue 35 item 7: the form's Ramp up (users started per second, as -r) is used: 6 users at 2 a
+    second take 2.5 s from the first to the sixth (they took under one, whatever the form said)."""
+    (tmp_path / "closed.toml").write_text(CLOSED, encoding="utf-8")
+    with started_web_locust(tmp_path, "--profile", "closed.toml", workers=0) as (url, _run_dir):
+        form = urllib.parse.urlencode({"user_count": "6", "spawn_rate": "2"}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url + "swarm", data=form), timeout=30) as reply:
+            assert json.load(reply)["success"] is True
+        deadline, counts = time.monotonic() + 30, []
+        while time.monotonic() < deadline and (not counts or counts[-1][1] < 6):
+            with urllib.request.urlopen(url + "stats/requests", timeout=10) as reply:
+                counts.append((time.monotonic(), json.load(reply)["user_count"]))
+            time.sleep(0.05)
+    first = next(at for at, users in counts if users > 0)
+    assert counts[-1][1] == 6 and counts[-1][0] - first >= 2.0  # 5 starts 0.5 s apart, at least
+
+
 LONG_ANSWERS = protocol_profile("closed", 4000, duration_s=60, jitter_s=0.1)
 
 

@@ -17,7 +17,7 @@ from loadlib.scenarios.issues import ItemCycle, item_prompt
 from loadlib.scenarios.png import bar_chart_png
 from loadlib.scenarios.vision import Vision
 from loadlib.sim.tokenizer import encode
-from loadlib.truth.cache import FRAMING_TOKENS
+from loadlib.records import FRAMING_TOKENS
 from tests.conftest import served
 from tests.profile_runs import run_profile
 
@@ -113,28 +113,32 @@ def test_the_summary_shows_each_scenario_and_the_turns(rounds_run):
 
 @pytest.mark.processes
 def test_long_context_requests_are_cold_and_sized_in_server_tokens(tmp_path):
+    """Named `prefill` (not after its kind), the table's requests still carry their kind, and the
+    summary still shows their prefill per size."""
     profile = """
 [request]
 max_tokens = 16
 [load]
 mode = "rounds"
 rounds = 2
-[scenarios.long-context]
+[scenarios.prefill]
+kind = "long-context"
 sizes = [2000, 8000, 30000]
 """
     result, df = run_profile(tmp_path, profile, 1, sim="--time-scale 0.01")
     calibration = df[df["cell"] == "calibrate"]
     assert len(calibration) == 2 and not calibration["measured"].any()
     sized = df[df["measured"]]
-    assert df["error"].isna().all() and len(sized) == 6
+    assert df["error"].isna().all() and len(sized) == 6 and (df["kind"] == "long-context").all()
     assert (sized["cache_intended"] == "cold").all() and (sized["cache_observed"] == "cold").all()
     assert (sized["cached_tokens"] == 0).all()  # flushed before each request, and a fresh nonce first
-    target = sized["scenario"].map({"long-context-2k": 2000, "long-context-8k": 8000, "long-context-30k": 30000})
+    target = sized["scenario"].map({"prefill-2k": 2000, "prefill-8k": 8000, "prefill-30k": 30000})
     error = (sized["prompt_tokens"] / target - 1).abs()  # the first request at a size teaches the next
     assert (error[sized["round"] == 0] < 0.05).all() and (error[sized["round"] == 1] < 0.01).all(), error
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["cache_flushes"] == {"flushed": 6}
-    assert "Prefill (prefill = prompt/TTFT" in result.stdout and "prefill-30k" in result.stdout
+    summary = result.stdout.split("uni-bench summary")[1]
+    assert "Prefill (prefill = prompt/TTFT" in summary and "prefill-30k" in summary
 
 
 @pytest.mark.processes

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from analysis.report import run_report
-from analysis.rundir import load_run
 from loadlib.report.document import rows
+from loadlib.run_view import read_run
 from loadlib.truth import server_figures
 from tests.conftest import FAST_SIM, run_locust_together
 
@@ -18,7 +18,7 @@ RUN = ["--headless", "--rounds", "3", "--concurrency", "2", "-u", "2", "--metric
 
 
 def server_cells(run_dir):
-    tables = {section.key: rows(section.data) for section in run_report(load_run(run_dir)).sections}
+    tables = {section.key: rows(section.data) for section in run_report([read_run(run_dir)]).sections}
     return tables["server_cells"], tables["server_divergence"]
 
 

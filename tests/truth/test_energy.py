@@ -24,10 +24,10 @@ from locust.argument_parser import get_parser
 from locust.rpc.protocol import Message
 
 from analysis.report import run_report
-from analysis.rundir import load_run
 from loadlib.figures.energy import energy_table
 from loadlib.report.document import rows
 from loadlib.run import options
+from loadlib.run_view import read_run
 from loadlib.truth import energy, gpu_power
 from loadlib.truth.gpu_power import GpuPower, NvmlMeter, gpu_power_option, gpu_power_problem, parse_gpu_power
 from loadlib.truth.scrape import parsed, read_scrapes
@@ -366,7 +366,7 @@ def test_a_run_reads_each_cells_energy_from_a_dcgm_exporter(tmp_path, exporter):
                                              for i in (0, 1)]
     summary = (run_dir / "summary.txt").read_text()
     assert "GPU energy per cell (from a DCGM exporter" in summary
-    found = rows(next(s for s in run_report(load_run(run_dir)).sections if s.key == "energy").data)
+    found = rows(next(s for s in run_report([read_run(run_dir)]).sections if s.key == "energy").data)
     assert {(r["cell"], r["gpu"]) for r in found} == {(c, g) for c in ("single", "c2-same", "c2-different")
                                                      for g in ("0", "1", "all")}
     records = [orjson.loads(line) for line in (run_dir / "records.jsonl").read_bytes().splitlines()]

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from analysis.report import run_report
-from analysis.rundir import load_run
 from loadlib.record_table import records_frame
 from loadlib.report.document import rows
 from loadlib.report.server_view import server_cell_table
+from loadlib.run_view import read_run
 from loadlib.sim.process import start_simulator
 from loadlib.truth import server_figures
 from loadlib.truth.probe import REDACTED, launch_flags, redact
@@ -271,7 +271,7 @@ def report(run_dir: Path) -> str:
 
 def report_tables(run_dir: Path) -> dict[str, list[dict]]:
     """The same report's tables as rows (what `--json` prints under "tables")."""
-    return {section.key: rows(section.data) for section in run_report(load_run(run_dir)).sections}
+    return {section.key: rows(section.data) for section in run_report([read_run(run_dir)]).sections}
 
 
 @pytest.fixture(scope="module")

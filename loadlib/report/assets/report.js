@@ -53,18 +53,23 @@ function what() {
 }
 
 // --- verdicts, validity, the tables ---------------------------------------------------------------
+// a verdict's colour: better (green) or worse (red) by which way its figure is better (a lower TTFT is
+// better); a difference in a figure with no better side (tok/chunk), or none, in grey
+const verdictClass = (v, better) => v.verdict !== "higher" && v.verdict !== "lower" ? "same"
+  : !better[v.figure] ? "changed" : v.verdict === better[v.figure] ? "better" : "worse";
 function verdicts() {
   const section = document.getElementById("verdicts");
   DATA.sweeps.forEach((sw) => sweep(section, sw));
   if (DATA.comparison) {
     const c = DATA.comparison;
     section.append(el("h3", {text: `Verdicts against ${DATA.labels[0]} (B/A - 1 with its 95 % bootstrap CI from each run's rounds, requests or time bins; within ±${c.equivalence_pct} % reads not distinguishable)`}));
+    const better = Object.fromEntries(c.figures.map((f) => [f.figure, f.better]));
     const columns = ["figure", "run", DATA.labels[0], "this run", "difference", "95 % CI", "n", "verdict"];
     const rows = c.verdicts.map((v) => [v.figure, v.run_b, fmt(v.a), fmt(v.b), v.diff_pct === null ? "–" : `${v.diff_pct >= 0 ? "+" : ""}${fmt(v.diff_pct, 1)} %`,
       v.ci_low_pct === null ? "–" : `${fmt(v.ci_low_pct, 1)} to ${fmt(v.ci_high_pct, 1)} %`, `${v.n_a}/${v.n_b}${v.few_samples ? " few" : ""}`,
       v.verdict + (v.reason ? `: ${v.reason}` : "")]);
     const node = table(columns, rows, {left: ["figure", "run", "verdict"], attrs: {"data-part": "verdicts"},
-      cellClass: (r, col) => col === 7 ? ({higher: "higher", lower: "lower"}[c.verdicts[r].verdict] || "same") : col === 1 ? "" : null});
+      cellClass: (r, col) => col === 7 ? verdictClass(c.verdicts[r], better) : col === 1 ? "" : null});
     node.querySelectorAll("tbody tr").forEach((tr, r) => {
       tr.dataset.diffPct = c.verdicts[r].diff_pct ?? ""; tr.dataset.verdict = c.verdicts[r].verdict;
       tr.cells[1].prepend(chip(runColor(DATA.labels.indexOf(c.verdicts[r].run_b))));

@@ -15,7 +15,7 @@ from loadlib.report import text
 from loadlib.report.document import Section
 
 if TYPE_CHECKING:
-    from analysis.rundir import Run
+    from loadlib.run_view import RunView
 
 STATS_COLUMNS = {"Type": "type", "Name": "name", "Request Count": "requests", "Failure Count": "failures",
                  "Median Response Time": "median", "Average Response Time": "average", "99%": "p99",
@@ -73,7 +73,7 @@ def sections(locust: LocustCsv) -> list[Section]:
     return found
 
 
-def side_by_side(runs: list["Run"]) -> Section:
+def side_by_side(runs: list["RunView"]) -> Section:
     """Locust's totals (its Aggregated row), one column a run."""
     parts = []
     for run in runs:

@@ -1,6 +1,6 @@
-"""`plot`: PNG charts of one or several runs: every chart declared in `loadlib.report.charts` that
-the runs have data for, the same charts report.html draws, each drawn by one generic function.
-A figure's panels (a run's timeline, a search's levels) share one file.
+"""PNG charts of one or several runs (`python -m analysis plot`): every chart declared in
+`loadlib.report.charts` that the runs have data for, the same charts report.html draws, each drawn
+by one generic function. A figure's panels (a run's timeline, a search's levels) share one file.
 
 Uses matplotlib's object API (no pyplot, no global backend state), so it runs headless.
 """
@@ -10,32 +10,38 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.rundir import Run
 from loadlib.report import charts
 from loadlib.report.charts import Chart, ChartRun, drawn, stacked
-from loadlib.report.contents import RunData
-from loadlib.report.html_runs import by_target
-from loadlib.report.run_figures import RunFigures
+
+if TYPE_CHECKING:
+    from loadlib.outputs import Reading
+    from loadlib.run_view import RunView
 
 SAMPLE = 20_000  # points drawn per run of one point per request; more adds ink, not information
 LINE = {"solid": "-", "dashed": "--", "dotted": ":", "dashdot": "-."}
 MARKED = 30  # a line of at most this many points shows them
 
 
-def plot(runs: list[Run], out_dir: str | Path) -> list[Path]:
+def render(reading: Reading) -> str:
+    """Writes the charts of the reading's views into the folder `reading.out`; their paths, one a line."""
+    return "\n".join(str(path) for path in plot(reading.views, reading.out))
+
+
+def plot(runs: Sequence[RunView], out_dir: str | Path) -> list[Path]:
     """Writes every figure that the runs have data for; returns the files written. A run of
-    several servers is drawn as its servers, as report.html shows it."""
+    several servers is drawn as its servers (`RunView.by_target`), as report.html shows it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    whole = [ChartRun(run.label, RunData(run.records, run.manifest, run.path), locust_history=run.locust.history)
-             for run in runs]
-    shown = [split for run in whole for split in _servers(run, several=len(runs) > 1)]
+    whole = [ChartRun(run) for run in runs]
+    shown = [ChartRun(view, sample=_sample(view.records))
+             for run in runs for view in run.by_target(prefixed=len(runs) > 1)]
     written = []
     for figure, declared in _figures(charts.CHARTS).items():
         over = whole if declared[0].whole_run else shown
@@ -156,15 +162,8 @@ def _tick(value: float, _position: int) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
-def _servers(run: ChartRun, several: bool) -> list[ChartRun]:
-    """The run as its servers (`html_runs.by_target`), each a sample of its requests."""
-    split = by_target(run.label, RunFigures(run.data), several_runs=several)
-    return [ChartRun(label, data, sample=_sample(data), locust_history=run.locust_history if data is run.data else None)
-            for label, data in split]
-
-
-def _sample(data: RunData) -> Any:
-    df = data.df
+def _sample(df: pd.DataFrame) -> pd.DataFrame | None:
+    """At most `SAMPLE` of the records, for the charts of one point per request; None: all of them."""
     return df.sample(SAMPLE, random_state=0) if len(df) > SAMPLE else None
 
 

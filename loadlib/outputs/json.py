@@ -4,15 +4,24 @@ A percentile's interval and sufficiency are also keyed by percentile (`document.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from loadlib.report.document import Document, json_rows
 
+if TYPE_CHECKING:
+    from loadlib.outputs import Reading
 
-def render(document: Document) -> str:
+
+HELP = "JSON, full precision"  # the command line's words for it
+
+def render(reading: Reading) -> str:
+    return render_document(reading.document)
+
+
+def render_document(document: Document) -> str:
     payload = {
         "heading": document.heading,
         "manifest": document.manifest,

@@ -6,12 +6,23 @@ A single valid CSV that spreadsheets and pandas read as is; one table back is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from loadlib.report.document import Document, flatten
 
+if TYPE_CHECKING:
+    from loadlib.outputs import Reading
 
-def render(document: Document) -> str:
+
+HELP = "one tidy CSV: section,row,column,value"  # the command line's words for it
+
+def render(reading: Reading) -> str:
+    return render_document(reading.document)
+
+
+def render_document(document: Document) -> str:
     parts = []
     if document.manifest:
         manifest = pd.Series(flatten(document.manifest), dtype=object)
@@ -21,7 +32,8 @@ def render(document: Document) -> str:
         data = section.data
         if data.empty:
             continue
-        row = data[list(section.keys)].astype(str).agg("/".join, axis=1) if section.keys else data.index.astype(str)
+        row = (data[list(section.keys)].astype(str).fillna("").agg("/".join, axis=1) if section.keys  # a missing key: ""
+               else data.index.astype(str))
         long = data.drop(columns=list(section.keys)).astype(object).set_axis(row.to_numpy()).stack()
         parts.append(pd.DataFrame({"section": section.key, "row": long.index.get_level_values(0),
                                    "column": long.index.get_level_values(1), "value": long.to_numpy()}))

@@ -1,0 +1,42 @@
+"""The one bootstrap (loadlib.figures.bootstrap): circular blocks of consecutive units, the ordinary
+bootstrap at a block of one, a block length that follows a series' autocorrelation, and the
+resampling done in chunks of bounded memory with the answer of one pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadlib.figures import bootstrap
+from loadlib.figures.bootstrap import block_length, resample_indices, resampled
+
+
+def test_circular_blocks_are_runs_of_consecutive_units_wrapping_past_the_end():
+    drawn = resample_indices(np.random.default_rng(0), 10, 50, block=3)
+    assert drawn.shape == (50, 10) and drawn.min() == 0 and drawn.max() == 9
+    steps = np.diff(drawn[:, :9].reshape(50, 3, 3), axis=2)
+    assert np.all((steps == 1) | (steps == -9))
+
+
+def test_a_block_of_one_is_the_ordinary_bootstrap():
+    ordinary = np.random.default_rng(5).integers(0, 10, (4, 10))
+    assert (resample_indices(np.random.default_rng(5), 10, 4) == ordinary).all()
+
+
+def test_an_independent_series_keeps_blocks_of_one_or_two_and_aligned_series_take_the_longest():
+    rng = np.random.default_rng(3)
+    independent = rng.normal(0, 1, 400)
+    assert block_length(independent) <= 2
+    assert block_length(np.arange(3.0)) == 1
+    slow = np.repeat(rng.normal(0, 1, 20), 20)  # runs of 20 alike values
+    assert block_length(slow) > 10 and block_length(independent, slow) == block_length(slow)
+    assert block_length(np.full(50, 1.0)) == block_length(np.full(50, 0.05)) == 1  # no spread (0.05's mean rounds)
+
+
+def test_chunks_bound_the_memory_and_every_resample_is_made(monkeypatch):
+    values = np.arange(1000.0)
+    mean = lambda index: values[index[0]].mean(axis=1)  # noqa: E731
+    whole = resampled(mean, [1000], [1], np.random.default_rng(1), 300)
+    monkeypatch.setattr(bootstrap, "CHUNK_VALUES", 1000 * 64)  # 64 resamples a chunk
+    chunked = resampled(mean, [1000], [1], np.random.default_rng(1), 300)
+    assert whole.shape == chunked.shape == (300,)
+    assert abs(chunked.mean() - 499.5) < 2 and abs(whole.mean() - 499.5) < 2
