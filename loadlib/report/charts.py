@@ -593,7 +593,8 @@ CHARTS: list[Chart] = [
           "ttft_distribution", Axis("percentile"), Axis("TTFT", "s", log_beyond=20),
           (Series("", _distribution("ttft_s")),)),
     Chart("decode-distribution", "Decode t/s by percentile, per cell (every successful request; linear interpolation)",
-          "decode_distribution", Axis("percentile"), PER_STREAM, (Series("", _distribution("decode_tps")),)),
+          "decode_distribution", Axis("percentile"), Axis("decode", "t/s per stream"),
+          (Series("", _distribution("decode_tps")),)),
     Chart("decode-per-scenario", "Single-stream decode per scenario (bar = mean over rounds, whisker = min-max; "
           "decode = (comp-1)/(total-ttft))", "decode_per_scenario", Axis("scenario"),
           Axis("decode tokens/s per stream", zero=True), (Series("mean over rounds", _decode_per_scenario),),
