@@ -161,19 +161,28 @@ def _bin_name(interval: pd.Interval) -> str:
 
 def lane_spans(df: pd.DataFrame, origin: float) -> pd.DataFrame:
     """Each agent-session turn as a span on its lane, for the swim lanes: `x` its send and `end` its
-    end (seconds from `origin`), `y` its lane (a sub-agent's turns just above its lane's, siblings
-    apart), `name` "main agent" or "sub-agent"; the gaps between spans are the agents' think time."""
+    end (seconds from `origin`), `name` "main agent" or "sub-agent", and `y` its row: each lane has
+    as many rows as the most agents any lane had at work at once, an agent takes its lane's lowest
+    row free from its first send to its last end (a main agent the first, its sub-agents those
+    above); the gaps between spans are the agents' think time."""
     turns = session_records(df)
     if turns.empty:
         return pd.DataFrame(columns=["x", "end", "y", "name"])
-    subs = turns.loc[turns["agent"] != "main", ["target", "cell", "conversation", "copy", "agent", "sent_at"]]
-    order = subs.sort_values("sent_at").drop_duplicates(["target", "cell", "conversation", "copy", "agent"])
-    rank = order.groupby(["target", "cell", "conversation", "copy"], observed=True).cumcount()
-    count = order.groupby(["target", "cell", "conversation", "copy"], observed=True)["agent"].transform("size")
-    offset = dict(zip(zip(order["target"], order["cell"], order["conversation"], order["copy"], order["agent"]),
-                      0.2 + 0.6 * rank / count))
-    keys = zip(turns["target"], turns["cell"], turns["conversation"], turns["copy"], turns["agent"])
-    lift = np.array([offset.get(key, 0.0) for key in keys])
+    keys = ["target", "cell", "slot", "conversation", "copy", "agent"]
+    agents = turns.groupby(keys, observed=True, sort=False).agg(start=("sent_at", "min"), stop=("ended_at", "max"))
+    agents = agents.reset_index().sort_values("start", kind="stable")
+    rows: dict[tuple, list[float]] = {}  # (target, cell, lane) -> each row's end so far
+    row_of = {}
+    for agent in agents.itertuples(index=False):
+        ends = rows.setdefault((agent.target, agent.cell, agent.slot), [])
+        row = next((i for i, end in enumerate(ends) if end <= agent.start), len(ends))
+        if row < len(ends):
+            ends[row] = agent.stop
+        else:
+            ends.append(agent.stop)
+        row_of[tuple(getattr(agent, key) for key in keys)] = row
+    per_lane = max(len(ends) for ends in rows.values())
+    row = np.array([row_of[key] for key in zip(*(turns[key] for key in keys))], dtype=float)
     return pd.DataFrame({"x": turns["sent_at"] - origin, "end": turns["ended_at"] - origin,
-                         "y": turns["slot"].to_numpy(float) + lift,
-                         "name": np.where(lift > 0, "sub-agent", "main agent")}).reset_index(drop=True)
+                         "y": turns["slot"].to_numpy(float) * per_lane + row,
+                         "name": np.where(turns["agent"] == "main", "main agent", "sub-agent")}).reset_index(drop=True)

@@ -261,10 +261,13 @@ def test_a_healthy_cell_is_not_flagged_and_one_session_has_no_interval():
 
 
 def test_swim_lanes_put_each_turn_on_its_lane_and_sub_agents_just_above():
+    """Lane 0: one turn; lane 1: a main agent's turn, two sub-agents together, its next turn."""
     records = [turn("a", 0, 10.0, 1.0, 1000, 900, 960), turn("b", 1, 10.5, 2.0, 1000, 900, 960)]
-    records += [dict(turn("b", 1, 12.0 + i, 0.5, 1000, 900, 960), agent=agent, request_id=agent)
+    records += [dict(turn("b", 1, 12.6 + i / 10, 0.5, 1000, 900, 960), agent=agent, request_id=agent)
                 for i, agent in enumerate(("s1", "s2"))]
+    records += [turn("b", 1, 14.0, 1.0, 1000, 900, 960)]
     spans = figures.lane_spans(records_frame(records), origin=10.0)
-    assert spans[["x", "end"]].values.tolist() == [[0.0, 1.0], [0.5, 2.5], [2.0, 2.5], [3.0, 3.5]]
-    assert spans["y"].tolist() == pytest.approx([0.0, 1.0, 1.2, 1.5])  # lane 1's two sub-agents apart
-    assert spans["name"].tolist() == ["main agent", "main agent", "sub-agent", "sub-agent"]
+    assert spans["x"].tolist() == pytest.approx([0, 0.5, 2.6, 2.7, 4])
+    assert spans["end"].tolist() == pytest.approx([1, 2.5, 3.1, 3.2, 5])
+    assert spans["y"].tolist() == [0.0, 3.0, 4.0, 5.0, 3.0]  # three rows a lane: lane 1's main agent, two sub-agents
+    assert spans["name"].tolist() == ["main agent", "main agent", "sub-agent", "sub-agent", "main agent"]
