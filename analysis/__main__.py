@@ -59,9 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return USAGE_ERROR
         args.out = out
     if args.command == "html":
-        empty = next((view for view in views if view.records.empty), None)
+        empty = next((given for given, view in zip(args.run_dirs, views) if view.records.empty), None)
         if empty is not None:  # a page of no request is bad input
-            print(f"python -m analysis html: {empty.path}: no measured request in the run", file=sys.stderr)
+            print(f"python -m analysis html: {empty}: no measured request in the run", file=sys.stderr)
             return USAGE_ERROR
     try:
         name = args.format if args.command == "export" else {"html": "html", "plot": "png"}[args.command]

@@ -299,3 +299,57 @@ def test_a_real_run_exports_both_formats_and_its_vllm_result_reads_back(tmp_path
     assert figures["closed TTFT p50 s"]["run"] == pytest.approx(figures["closed TTFT p50 s"]["closed"])
     assert figures["closed steady all-streams t/s"]["run"] == pytest.approx(
         figures["closed steady all-streams t/s"]["closed"])
+
+
+def vllm_native_result(**traffic: Any) -> dict[str, Any]:
+    """A result as `vllm bench serve --save-result --save-detailed` writes it (perf-counter start
+    times, no label): 2 streams, 3 requests of TTFT 0.2 s and 1.0 s in all, 41 tokens in 41
+    chunks (40 gaps of 20 ms), and one failure."""
+    result = {"date": "20261207-091500", "endpoint_type": "openai-chat", "backend": "openai-chat", "label": None,
+              "model_id": "Qwen/Qwen3-8B", "tokenizer_id": "Qwen/Qwen3-8B", "num_prompts": 4,
+              "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 2, "duration": 2.0, "completed": 3,
+              "failed": 1, "total_input_tokens": 300, "total_output_tokens": 123, "request_throughput": 1.5,
+              "request_goodput": None, "output_throughput": 61.5, "total_token_throughput": 211.5,
+              "input_lens": [100, 100, 100, 100], "output_lens": [41, 41, 41, 0], "ttfts": [0.2, 0.2, 0.2, 0.0],
+              "itls": [[0.02] * 40, [0.02] * 40, [0.02] * 40, []], "latencies": [1.0, 1.0, 1.0, 0.0],
+              "start_times": [5000.0, 5000.0, 5001.0, 5001.0], "queue_times": [0.0, 0.0, 0.0, 0.0],
+              "generated_texts": ["a", "b", "c", ""], "errors": ["", "", "", "Bad Request"],
+              "max_output_tokens_per_s": 82.0, "max_concurrent_requests": 2, "rtfx": 0.0,
+              "mean_ttft_ms": 200.0, "median_ttft_ms": 200.0, "std_ttft_ms": 0.0, "p99_ttft_ms": 200.0}
+    result.update(traffic)
+    return result
+
+
+@pytest.mark.parametrize("traffic, cell, case", [({}, "closed", "closed"),
+                                                 ({"request_rate": 2.0, "queue_times": [0.0, 0.5, 0.0, 0.5]},
+                                                  "open-2rps", "open")])
+def test_a_vllm_result_reads_as_one_free_running_cell_of_its_requests(tmp_path, traffic, cell, case):
+    from loadlib.run_view import read_run
+
+    path = tmp_path / "vllm-qwen.json"
+    path.write_text(json.dumps(vllm_native_result(**traffic)))
+    view = read_run(path)
+    records = view.records
+    assert (view.label, view.manifest["model"], view.path) == ("vllm-qwen", "Qwen/Qwen3-8B", None)
+    assert list(records["cell"].unique()) == [cell] and list(records["case"].unique()) == [case]
+    assert list(records["ok"]) == [True, True, True, False]
+    assert records.loc[3, "error"] == "Bad Request"
+    assert list(records["decode_tps"][:3]) == pytest.approx([50.0] * 3)  # 40 tokens after the first in 0.8 s
+    assert list(records["chunks"][:3]) == [41] * 3
+    assert list(records["concurrency"].unique()) == [2]
+    if case == "open":
+        assert list(records["scheduled_at"]) == [5000.0, 4999.5, 5001.0, 5000.5]
+        assert list(records["queue_s"]) == [0.0, 0.5, 0.0, 0.5]
+    else:
+        assert records["closed_loop"].all() and records["scheduled_at"].isna().all()
+
+
+def test_a_run_of_several_servers_exports_a_folder_per_server(write_run, tmp_path, capsys):
+    records = [{**record, "target": target} for target in ("A", "B") for record in free_running_records()]
+    manifest = {**MANIFEST, "targets": [{"label": "A"}, {"label": "B"}]}
+    out = tmp_path / "out"
+    assert main(["export", str(write_run(records, manifest)), "--format", "vllm", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{out / target / 'steady.json'}  steady: 6 completed, 1 failed"
+                                                     for target in ("A", "B")]
+    for target in ("A", "B"):
+        check_vllm_result(json.loads((out / target / "steady.json").read_text()))
