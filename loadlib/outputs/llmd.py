@@ -47,7 +47,8 @@ def write(view: RunView, out: Path) -> str:
     experiment = _experiment_id(view)
     for path, stage, cell, server in cell_files(view, out):
         path.write_text(json.dumps(report(cell, stage, server, experiment), indent=2), encoding="utf-8")
-        lines.append(f"{path}  stage {stage} {cell.name}: {len(cell.records)} requests, {cell.failed} failed")
+        count = len(cell.records)
+        lines.append(f"{path}  stage {stage} {cell.name}: {count} request{'s' * (count != 1)}, {cell.failed} failed")
     return "\n".join(lines)
 
 
@@ -107,8 +108,10 @@ def _load(cell: CellRequests, stage: int, manifest: dict[str, Any]) -> dict[str,
     else:
         standardized["concurrency"] = int(records["concurrency"].max())
     turns = records["turn"].dropna()
-    if len(turns):
-        standardized["multi_turn"] = {"enabled": True, "max_turns": _lengths(turns.to_numpy(dtype="float64") + 1)}
+    if len(turns):  # its conversations' longest, in requests (a record names its turn, not its conversation)
+        longest = int(turns.max()) + 1
+        standardized["multi_turn"] = {"enabled": True, "max_turns": {"distribution": "other", "value": longest,
+                                                                     "max": longest}}
     case, streams = records["case"].iloc[0], int(records["concurrency"].max())
     return {"metadata": {"schema_version": "0.0.1", "cfg_id": _config_id(config),
                          "description": f"{cell.name}: case {case}, {streams} stream{'s' * (streams != 1)}"},

@@ -63,7 +63,7 @@ def result(cell: CellRequests, manifest: dict[str, Any]) -> dict[str, Any]:
         "endpoint_type": BACKEND, "backend": BACKEND, "label": cell.name,
         "model_id": manifest.get("model"), "tokenizer_id": None,  # the server counted the tokens
         "num_prompts": len(records),
-        "request_rate": rate if rate is not None else "inf", "burstiness": 1.0,
+        "request_rate": rate if rate is not None else "inf", "burstiness": _burstiness(rate, manifest),
         "max_concurrency": int(records["concurrency"].max()),
         "duration": cell.duration_s, "completed": cell.completed, "failed": cell.failed,
         "total_input_tokens": cell.input_tokens, "total_output_tokens": cell.output_tokens,
@@ -94,6 +94,13 @@ def result(cell: CellRequests, manifest: dict[str, Any]) -> dict[str, Any]:
             if key not in ("mean", "std", "min", "max"):
                 found[f"p{key}_{metric}_ms"] = _ms(value)
     return found
+
+
+def _burstiness(rate: float | None, manifest: dict[str, Any]) -> float | str:
+    """vLLM's gamma shape of the gaps between arrivals: "inf" (vLLM's spelling, as for its rate) for
+    evenly spaced arrivals, 1.0 for Poisson ones and where there are none (vLLM's default)."""
+    arrival = (((manifest.get("profile") or {}).get("load") or {}).get("arrival"))
+    return "inf" if rate is not None and arrival == "constant" else 1.0
 
 
 def _ms(seconds: float | None) -> float:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from analysis.__main__ import main
-from tests.analysis.builders import free_running_records, protocol_run
+from tests.analysis.builders import free_running_records, profile_run, protocol_run
 from tests.conftest import FAST_SIM, protocol_profile, run_locust
 
 NUMBER = (int, float)
@@ -37,7 +37,7 @@ TEXT = (str,)
 VLLM_KEYS = {  # key -> the types vLLM writes there (None where it may write null)
     "date": TEXT, "endpoint_type": TEXT, "backend": TEXT, "label": (str, type(None)), "model_id": TEXT,
     "tokenizer_id": (str, type(None)), "num_prompts": (int,), "request_rate": (float, int, str),
-    "burstiness": NUMBER, "max_concurrency": (int, type(None)), "duration": NUMBER, "completed": (int,),
+    "burstiness": (float, int, str), "max_concurrency": (int, type(None)), "duration": NUMBER, "completed": (int,),
     "failed": (int,), "total_input_tokens": (int,), "total_output_tokens": (int,), "request_throughput": NUMBER,
     "request_goodput": (float, type(None)), "output_throughput": NUMBER, "total_token_throughput": NUMBER,
     "max_output_tokens_per_s": NUMBER, "max_concurrent_requests": (int,),
@@ -219,6 +219,16 @@ def test_llmd_report_has_the_schemas_fields_and_the_cells_figures(write_run, tmp
                                      "model": {"name": "qwen"}}
     assert stack["native"]["args"] == {"tp_size": 2}
     assert reports["c2-same"]["scenario"]["load"]["standardized"]["concurrency"] == 2
+
+
+def test_llmd_reports_a_conversations_turns(write_run, tmp_path, capsys):
+    """profile_run's single cell holds a conversation's turns 0 and 1: two requests at most."""
+    reports = exported(tmp_path, write_run(profile_run(), MANIFEST), "llmd", capsys)
+    for report in reports.values():
+        check(report, REPORT)
+    load = reports["single"]["scenario"]["load"]["standardized"]
+    assert load["multi_turn"] == {"enabled": True, "max_turns": {"distribution": "other", "value": 2, "max": 2}}
+    assert "multi_turn" not in reports["c2-radix-hit"]["scenario"]["load"]["standardized"]
 
 
 def test_an_exported_vllm_result_reads_back_to_the_same_figures(write_run, tmp_path, capsys):
