@@ -52,22 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         make = DOCUMENTS[args.command]
         print(output(args.format).render(Reading(views, lambda: make(views))))
         return 0
-    if args.command == "export":
-        out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "exports" / args.format
-        if not views[0].path:
-            print(f"python -m analysis export: {args.run_dirs[0]}: not a run directory", file=sys.stderr)
-            return USAGE_ERROR
-        args.out = out
-    if args.command == "html":
-        empty = next((given for given, view in zip(args.run_dirs, views) if view.records.empty), None)
-        if empty is not None:  # a page of no request is bad input
-            print(f"python -m analysis html: {empty}: no measured request in the run", file=sys.stderr)
-            return USAGE_ERROR
+    if args.command == "export" and views[0].path is None:  # a vLLM result: there is nothing to export
+        print(f"python -m analysis export: {args.run_dirs[0]}: not a run directory", file=sys.stderr)
+        return USAGE_ERROR
+    empty = next((given for given, view in zip(args.run_dirs, views) if view.records.empty), None)
+    if empty is not None and args.command in ("html", "export"):  # a page or an export of no request is bad input
+        print(f"python -m analysis {args.command}: {empty}: no measured request in the run", file=sys.stderr)
+        return USAGE_ERROR
+    name = args.format if args.command == "export" else {"html": "html", "plot": "png"}[args.command]
+    out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "exports" / args.format  # only export has no --out
     try:
-        name = args.format if args.command == "export" else {"html": "html", "plot": "png"}[args.command]
-        print(output(name).render(Reading(views, out=Path(args.out))))
+        print(output(name).render(Reading(views, out=out)))
     except OSError as exc:
-        print(f"python -m analysis {args.command}: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"python -m analysis {args.command}: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return USAGE_ERROR
     return 0
 

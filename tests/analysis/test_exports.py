@@ -275,6 +275,17 @@ def test_a_file_that_is_neither_a_run_nor_a_vllm_result_is_one_line_exit_2(tmp_p
     assert capsys.readouterr().err.splitlines() == [f"python -m analysis compare: {bad}: {problem}"]
 
 
+def test_an_export_of_no_request_or_of_a_vllm_result_is_one_line_exit_2(write_run, tmp_path, capsys):
+    empty = write_run([], name="empty")
+    assert main(["export", str(empty), "--format", "llmd"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"python -m analysis export: {empty}: no measured request in the run"]
+    result = tmp_path / "vllm.json"
+    result.write_text(json.dumps(vllm_native_result()))
+    assert main(["export", str(result), "--format", "llmd"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"python -m analysis export: {result}: not a run directory"]
+
+
 def test_an_unknown_export_format_is_one_line_exit_2(write_run, capsys):
     assert main(["export", str(write_run(free_running_records())), "--format", "csv"]) == 2
     assert capsys.readouterr().err.splitlines() == [
