@@ -14,7 +14,8 @@ A run of several servers (an A/B run's targets, a sweep's configurations) is spl
 its unmeasured ones, the manifest with its own `target` and `server` entries, and its server-side
 files in `targets/<label>/`; so every figure, check and verdict of a server is the one two
 separate runs would give, and the page, the summary and `report --json` cannot disagree. A sweep
-pairs each configuration of its manifest with its server's view (`configs`).
+pairs each configuration of its manifest with its server's view (`configs`). A `vllm bench serve`
+result JSON reads as a run too (`loadlib.outputs.vllm.read_result`).
 
 Reading is strict where the input is wrong: a missing journal, a line in it that is not a record
 (not JSON, torn in the middle, without what a record measured, of the wrong types) or an
@@ -212,7 +213,7 @@ def read_run(run_dir: str | Path, label: str | None = None, *, slo_ttft_s: float
     if path.is_file():
         from loadlib.outputs.vllm import read_result
 
-        return read_result(path, label)
+        return read_result(path, label, goodput_slo({}, slo_ttft_s, slo_decode_tps))
     if lenient:
         records, unmeasured = split_records(read_records(path))
     else:

@@ -22,6 +22,7 @@ import orjson
 import pandas as pd
 
 from loadlib.figures.cell_requests import CellRequests, distribution
+from loadlib.figures.goodput import Slo
 from loadlib.figures.headline import FIGURE_COLUMNS, LOWER, PublishedFigures
 from loadlib.outputs import cell_files
 from loadlib.record_table import records_frame
@@ -119,13 +120,13 @@ def _ints(values: pd.Series) -> list[int]:
 # --- a result read back ------------------------------------------------------------------------------
 
 
-def read_result(path: Path, label: str | None = None) -> RunView:
+def read_result(path: Path, label: str | None = None, goodput: Slo | None = None) -> RunView:
     """A `vllm bench serve` result JSON as a run of one free-running cell: named by the result's
     `label` (an exported cell's name), else `closed` (N streams: `max_concurrency` and no rate) or
     `open-Rrps` (arrivals at `request_rate`). With its per-request arrays (`--save-detailed`) its
     requests are records and every figure has its interval; without them its TTFT median and p99
     are figures published without samples (`PublishedFigures`). Raises `RunDirError` naming the
-    file where it is not such a result."""
+    file where it is not such a result. `goodput`: its targets (default: `goodput_slo`'s)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -143,8 +144,8 @@ def read_result(path: Path, label: str | None = None) -> RunView:
                                                                "max_concurrency", "duration")}}
     name = label or path.stem
     if not all(isinstance(data.get(key), list) for key in DETAILED):
-        return RunView(records_frame([]), manifest, None, name, published=_published(data, cell))
-    return RunView(_records(data, cell, scheduled), manifest, None, name)
+        return RunView(records_frame([]), manifest, None, name, goodput=goodput, published=_published(data, cell))
+    return RunView(_records(data, cell, scheduled), manifest, None, name, goodput=goodput)
 
 
 def _records(data: dict[str, Any], cell: str, scheduled: bool) -> pd.DataFrame:
