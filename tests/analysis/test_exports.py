@@ -374,3 +374,19 @@ def test_a_run_of_several_servers_exports_a_folder_per_server(write_run, tmp_pat
                                                      for target in ("A", "B")]
     for target in ("A", "B"):
         check_vllm_result(json.loads((out / target / "steady.json").read_text()))
+
+
+def test_a_vllm_summary_is_named_by_its_traffic_and_published_with_its_count(tmp_path):
+    """`vllm bench serve --save-result` without --save-detailed at --request-rate 1: no arrays."""
+    from loadlib.run_view import read_run
+
+    summary = {key: value for key, value in vllm_native_result(request_rate=1.0).items()
+               if not isinstance(value, list)}
+    path = tmp_path / "rate1.json"
+    path.write_text(json.dumps(summary))
+    view = read_run(path)
+    assert view.records.empty
+    published = view.published.figures.set_index("figure")
+    assert list(published.index) == ["open-1rps TTFT p50 s", "open-1rps TTFT p99 s"]
+    assert list(published["value"]) == [0.2, 0.2] and list(published["n"]) == [3, 3]
+    assert published["low"].isna().all() and published["high"].isna().all()
