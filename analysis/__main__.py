@@ -93,11 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     page.add_argument("--labels", help="comma-separated names, one per run (default: directory names)")
     page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
     _add_slo(page)
-    export = commands.add_parser("export", help="other tools' formats, one file per cell: "
-                                 + "; ".join(f"{name}: {output(name).HELP}" for name in EXPORT_FORMATS))
+    export = commands.add_parser("export", help="other tools' formats, one file per cell")
     export.add_argument("run_dirs", metavar="RUN_DIR", nargs=1)
     export.add_argument("--format", required=True, metavar="|".join(EXPORT_FORMATS),
-                        help="the format to write")
+                        help="; ".join(f"{name}: {output(name).HELP}" for name in EXPORT_FORMATS))
     export.add_argument("--out", default=None, metavar="DIR",
                         help="the folder for the files (default: RUN_DIR/exports/FORMAT)")
     return parser
