@@ -21,7 +21,8 @@ from loadlib.truth import server_figures
 
 COLUMNS = ["cell", "name", "ok", "detail"]
 WHAT = ("per cell: client headroom; failed requests; completion tokens, requests and requests in flight, client "
-        "against server; accept length against tok/chunk; in rounds of N streams whether they ran together "
+        "against server; accept length against tok/chunk; speculative decoding, the requests' account against the "
+        "server's counters; in rounds of N streams whether they ran together "
         "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
 
@@ -32,7 +33,8 @@ def run_checks(scrapes: list[dict[str, Any]], records: pd.DataFrame, manifest: M
     (`RunView.unmeasured`) and concurrency table are given."""
     launch = (manifest.get("server") or {}).get("launch")
     return validity_checks(records, manifest, server_figures.server_cells(scrapes, records, launch),
-                           server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent)
+                           server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent,
+                           server_figures.spec_counters(scrapes))
 
 
 def checks_section(checks: Sequence[Check]) -> Section:
