@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, T
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures.energy import energy_table
 from loadlib.figures.goodput import Slo, goodput_slo
 from loadlib.figures.sweep import ConfigRun, config_runs, sweep_table
 from loadlib.record_table import JournalError, read_journal, split_records
@@ -131,7 +132,17 @@ class RunView:
         from loadlib.report.validity import run_checks
 
         return run_checks(self.scrapes, self.records, self.manifest, self.steady_cells, self.unmeasured,
-                          self.tables.concurrent)
+                          self.tables.concurrent, self.spec_counters)
+
+    @cached_property
+    def spec_counters(self) -> list[server_figures.SpecCounters]:
+        """The server's speculative-decoding counters per cell (`server_figures.spec_counters`)."""
+        return server_figures.spec_counters(self.scrapes)
+
+    @cached_property
+    def energy(self) -> pd.DataFrame:
+        """Each GPU's energy per cell (`loadlib.figures.energy.energy_table`); no rows without a GPU meter."""
+        return energy_table(self.scrapes, self.records)
 
     # --- a run of several servers, split once ------------------------------------------------------
 

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
+from loadlib.figures.formulas import accept_length
 from loadlib.figures.columns import distinct
 from loadlib.truth.server_figures import SpecCounters, cell_records, cell_scenario
 
@@ -55,15 +56,8 @@ ACCEPT_COLUMNS = ["requests", "verify_steps", "accepted_tokens", "draft_tokens",
                   "client_decode_tps"]
 POSITION_COLUMNS = ["cell", "scenario", "basis", "source", "verify_steps", "position", "accepted_share",
                     "expected_tokens"]
+CURVE_COLUMNS = ["cell", "scenario", "basis", "source", "verify_steps", "accepted_share", "expected_tokens"]
 COUNTERS, HISTOGRAMS = "counters", "per-request histograms"
-
-
-def accept_length(verify_steps: Any, accepted_tokens: Any) -> Any:
-    """Tokens per verify step: (accepted drafts + verify steps) / verify steps (NaN without steps)."""
-    steps = np.asarray(verify_steps, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        length = (np.asarray(accepted_tokens, dtype=float) + steps) / steps
-    return np.where(steps > 0, length, np.nan)[()]
 
 
 def accounted(records: pd.DataFrame) -> pd.DataFrame:
@@ -159,6 +153,29 @@ def position_table(records: pd.DataFrame, counters: Iterable[SpecCounters] = ())
         shares, steps = shares_from_histograms(group["spec_accept_histogram"])
         rows += _curve(str(cell), str(scenario), HISTOGRAMS, "", steps, shares)
     return pd.DataFrame(rows, columns=POSITION_COLUMNS)
+
+
+def curves(positions: pd.DataFrame) -> pd.DataFrame:
+    """`position_table` with one row per curve (cell, scenario, basis, source), its p_k and its
+    expected tokens per verify step as lists in position order (k = 1..N)."""
+    keys = ["cell", "scenario", "basis", "source"]
+    rows = [{**dict(zip(keys, key)), "verify_steps": float(group["verify_steps"].iat[0]),
+             "accepted_share": group["accepted_share"].tolist(), "expected_tokens": group["expected_tokens"].tolist()}
+            for key, group in positions.groupby(keys, sort=False)]
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+
+
+def pooled_expected_tokens(positions: pd.DataFrame) -> list[float]:
+    """The expected tokens per verify step at draft lengths 1..N over every curve of a run (a
+    sweep's configuration): each p_k the curves' weighted by their verify steps, a curve without
+    position k counting 0 there (its draft was shorter)."""
+    if positions.empty:
+        return []
+    steps = positions.drop_duplicates(["cell", "scenario", "basis", "source"])["verify_steps"].sum()
+    if not steps:
+        return []
+    weighted = (positions["accepted_share"] * positions["verify_steps"]).groupby(positions["position"]).sum()
+    return expected_tokens((weighted.sort_index() / steps).tolist())
 
 
 def _curve(cell: str, scenario: str, basis: str, source: str, steps: float, shares: list[float]) -> list[dict]:

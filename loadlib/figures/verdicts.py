@@ -15,6 +15,15 @@ not), so that the figure is a statistic of its units:
   ratios of those means, the second against the single-stream code requests' decode;
 - a cell's TTFT p50/p99: its successful requests, pooled; in a rounds cell resampled by round
   (a round's streams together, and the single stream's scenarios in their proportions);
+- the server's accept length of a scenario (its account of speculative decoding, tokens per
+  verify step): its requests that carry the account, in send order, each a unit of (accepted
+  drafts + verify steps, verify steps), the figure the ratio of their sums; resampled in blocks
+  (`bootstrap.block_length` of the requests' own accept lengths), as a prompt repeats round after
+  round;
+- a cell's tokens per joule (`--gpu-power`): the cell cut at the GPU meter's scrapes
+  (`truth.energy.energy_steps`), each stretch a unit of (completion tokens made in it, joules of
+  every GPU), the tokens of each successful request spread evenly from its first token to its end;
+  a time series, resampled in blocks;
 - a free-running cell (closed, ladder, open, trace, search, a locustfile's own users): a time
   series. TTFT: its requests in send order. Steady decode t/s and goodput: the steady window cut
   into equal time bins (`MAX_BINS` at most, no more than the window's requests), each bin's
@@ -59,6 +68,7 @@ from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
 from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
 from loadlib.figures.uncertainty import LEVEL, samples_needed
+from loadlib.truth import energy
 from loadlib.scenarios.base import SINGLE
 
 SEED = 24  # one seed for every interval: the same runs always give the same output
@@ -281,11 +291,48 @@ def verdicts_table(a: dict[str, FigureSample], b: dict[str, FigureSample], **opt
 
 # --- the samples of the headline figures -----------------------------------------------------------
 
-def headline_samples(df: pd.DataFrame, slo: Slo) -> dict[str, FigureSample]:
+def headline_samples(df: pd.DataFrame, slo: Slo, scrapes: Sequence[dict] = ()) -> dict[str, FigureSample]:
     """Each headline figure's sample (see the module's doc), by the figure's name in
-    `headline_figures`; `slo` sets goodput's targets. Figures without units are left out."""
-    found = [*_single_samples(df), *_concurrent_samples(df), *_steady_samples(df, slo), *_ttft_samples(df)]
+    `headline_figures`, then the server's accept length per scenario and, from the run's parsed
+    scrapes, each cell's tokens per joule; `slo` sets goodput's targets. Figures without units are
+    left out."""
+    found = [*_single_samples(df), *_concurrent_samples(df), *_steady_samples(df, slo), *_ttft_samples(df),
+             *_accept_samples(df), *energy_samples(scrapes, df)]
     return {sample.figure: sample for sample in found}
+
+
+def _accept_samples(df: pd.DataFrame) -> list[FigureSample]:
+    own = df[df["ok"] & df["spec_verify_steps"].notna() & df["spec_accepted_tokens"].notna()
+             & (df["spec_verify_steps"] > 0)].sort_values("sent_at", kind="stable")
+    found = []
+    for scenario, group in own.groupby("scenario", sort=False, observed=True):
+        steps = group["spec_verify_steps"].to_numpy(dtype="float64")
+        tokens = group["spec_accepted_tokens"].to_numpy(dtype="float64") + steps
+        found.append(FigureSample(f"{scenario} accept length (server)", "per scenario", Sample.of(
+            np.column_stack([tokens, steps]), ratio_of_means(), block_length(tokens / steps))))
+    return found
+
+
+def energy_samples(scrapes: Sequence[dict], df: pd.DataFrame) -> list[FigureSample]:
+    """Each measured cell's tokens per joule as a sample of the stretches between the GPU meter's
+    scrapes (see the module's doc); none without a GPU meter."""
+    ok = df[df["ok"] & df["completion_tokens"].notna()]
+    first = ok["first_token_at"].to_numpy(dtype="float64")
+    end = ok["end_at"].to_numpy(dtype="float64")
+    first = np.where(np.isnan(first), end, first)
+    found = []
+    for span, steps in energy.energy_steps(scrapes).items():
+        own = (ok["cell"] == span.cell).to_numpy()
+        if not own.any() or not steps:
+            continue
+        comp = ok["completion_tokens"].to_numpy(dtype="float64")[own]
+        start, stop = first[own], end[own]
+        units = np.array([[float((comp * np.clip((np.minimum(stop, t1) - np.maximum(start, t0))
+                                                 / np.maximum(stop - start, 1e-9), 0.0, 1.0)).sum()), joules]
+                          for t0, t1, joules in steps])
+        found.append(FigureSample(f"{span.cell} tokens/J", span.cell, Sample.of(
+            units, ratio_of_means(), block_length(units[:, 0] / units[:, 1]))))
+    return found
 
 
 def _single_samples(df: pd.DataFrame) -> list[FigureSample]:

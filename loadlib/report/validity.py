@@ -28,13 +28,15 @@ WHAT = ("per cell: client headroom; failed requests; completion tokens, requests
 
 def run_checks(scrapes: list[dict[str, Any]], records: pd.DataFrame, manifest: Mapping[str, Any],
                steady_cells: Iterable[SteadyCell] = (), unmeasured: pd.DataFrame | None = None,
-               concurrent: pd.DataFrame | None = None) -> list[Check]:
+               concurrent: pd.DataFrame | None = None,
+               spec: Sequence[server_figures.SpecCounters] | None = None) -> list[Check]:
     """Every check of the run whose parsed scrapes, records, manifest, unmeasured requests
-    (`RunView.unmeasured`) and concurrency table are given."""
+    (`RunView.unmeasured`), concurrency table and speculative-decoding counters (made from the
+    scrapes when not given) are given."""
     launch = (manifest.get("server") or {}).get("launch")
     return validity_checks(records, manifest, server_figures.server_cells(scrapes, records, launch),
                            server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent,
-                           server_figures.spec_counters(scrapes))
+                           server_figures.spec_counters(scrapes) if spec is None else spec)
 
 
 def checks_section(checks: Sequence[Check]) -> Section:

@@ -109,6 +109,38 @@ def gpu_cells(entries: Iterable[dict[str, Any]]) -> list[GpuCell]:
     return [c for cell in by_cell.values() for c in _cell(meter, cell)]
 
 
+def energy_steps(entries: Iterable[dict[str, Any]]) -> dict[CellSpan, list[tuple[float, float, float]]]:
+    """Per cell, its span cut at the GPU meter's scrapes: (from, to, joules of every GPU read) for
+    each stretch between two scrapes whose joules are known, a stretch over which a counter did
+    not move joined to the next (an exporter that had not collected since); for a resampled
+    figure (`loadlib.figures.verdicts.energy_samples`). Empty for a run without a GPU meter."""
+    by_cell: dict[int, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if entry.get("source") == GPU_SOURCE and entry.get("cell_index") is not None:
+            by_cell.setdefault(entry["cell_index"], []).append(entry)
+    meter = meter_of(e for cell in by_cell.values() for e in cell)
+    if meter is None:
+        return {}
+    found = {}
+    for cell in by_cell.values():
+        ok = [e for e in cell if not e.get("error") and "samples" in e]
+        start = next((e for e in ok if e["phase"] == "start"), None)
+        end = next((e for e in ok if e["phase"] == "end"), None)
+        if start is None or end is None:
+            continue
+        points = [start, *(e for e in ok if e["phase"] == "interval" and start["t"] <= e["t"] <= end["t"]), end]
+        gpus = sorted(_per_gpu(end, meter.power) | _per_gpu(end, meter.energy), key=_order)
+        steps, since = [], points[0]
+        for point in points[1:]:
+            joules = [_joules(meter, [since, point], gpu)[0] for gpu in gpus]
+            if gpus and all(j is not None for j in joules):
+                steps.append((_moment(since), _moment(point), float(sum(joules))))
+                since = point
+        found[CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"],
+                       start.get("t_asked"), end.get("t_asked"))] = steps
+    return found
+
+
 # --- internals -----------------------------------------------------------------------------
 
 def _cell(meter: Meter, entries: list[dict[str, Any]]) -> list[GpuCell]:
