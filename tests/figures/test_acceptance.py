@@ -15,7 +15,7 @@ from loadlib.figures import acceptance
 from loadlib.figures.validity import spec_account_agrees
 from loadlib.record_table import read_records_frame, records_frame
 from loadlib.report.document import rows
-from loadlib.report.sections import acceptance_section
+from loadlib.report.sections import acceptance_section, position_section
 from loadlib.report.summary import render_summary
 from loadlib.run_view import read_run
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
@@ -102,6 +102,22 @@ def test_the_position_curve_comes_from_the_counters_where_the_cell_has_them_else
     assert list(same["expected_tokens"]) == pytest.approx([1.6, 1.85, 1.95])  # 1 + 19 / 20 at the full length
     assert set(single["basis"]) == {acceptance.HISTOGRAMS} and list(single["position"]) == [1, 2, 3]
     assert list(single["accepted_share"]) == pytest.approx([0.6, 0.4, 0.3]) and set(single["scenario"]) == {"code"}
+
+
+def test_the_summary_shows_one_curve_a_row_labelled_an_estimate_of_acceptance_not_of_speed():
+    frame = records_frame([spec_record("c2-same", steps=10, accepted=13, histogram="4,2,1,3"),
+                           spec_record("c2-same", scenario="cn_essay", steps=10, accepted=5, histogram="5,5")])
+    section = position_section(acceptance.curves(acceptance.position_table(frame)))
+    assert "an estimate of acceptance had the draft been cut to n, not of speed" in section.title
+    assert section.view.to_dict("records") == [
+        {"cell": "c2-same code", "from": "per-request histograms", "verify steps": "10", "p(k), k = 1..N": "0.60 0.40 0.30",
+         "expected tokens/step at draft length 1..N": "1.60 2.00 2.30"},
+        {"cell": "c2-same cn_essay", "from": "per-request histograms", "verify steps": "10", "p(k), k = 1..N": "0.50",
+         "expected tokens/step at draft length 1..N": "1.50"}]
+    # the curve at the length run is the accept length measured
+    assert acceptance.accept_length(10, 13) == pytest.approx(2.3)
+    text = render_summary([spec_record("c2-same", steps=10, accepted=13, histogram="4,2,1,3")], {})
+    assert "Speculative acceptance by draft position" in text and "1.60 2.00 2.30" in text
 
 
 def test_the_requests_account_against_the_counters_over_a_cell():

@@ -24,6 +24,7 @@ from locust.argument_parser import get_parser
 from locust.rpc.protocol import Message
 
 from analysis.report import run_report
+from loadlib.figures import verdicts
 from loadlib.figures.energy import energy_table
 from loadlib.report.document import rows
 from loadlib.run import options
@@ -403,3 +404,22 @@ def test_a_meter_that_cannot_be_read_stops_the_run_before_it_starts(tmp_path, ex
         assert nvml in ("error: --gpu-power nvml: nvidia-ml-py is not installed (pip install -e '.[gpu]')",
                         "error: --gpu-power nvml: NVML did not start (NVML Shared Library Not Found): "
                         "is the NVIDIA driver installed?")
+
+
+def test_a_cells_energy_is_cut_at_its_scrapes_for_the_verdicts():
+    # the cell's 4 requests (512 tokens each) stream from T0 + 1.2 to T0 + 4; every GPU draws 400 W in
+    # all; the counter has not moved at 2 s (the exporter had not collected): that stretch joins the next
+    base = {0: 9_000_000_000, 1: 4_000_000_000}
+    at = lambda s: dcgm_page({0: base[0] + 300_000 * s, 1: base[1] + 100_000 * s}, {0: 300, 1: 100})  # noqa: E731
+    entries = [scrape(0.0, "start", at(0)), scrape(1.0, "interval", at(1)), scrape(2.0, "interval", at(1)),
+               scrape(3.0, "interval", at(3)), scrape(5.0, "end", at(5))]
+    [(span, steps)] = energy.energy_steps(entries).items()
+    assert span.cell == "c4-same"
+    assert steps == [(T0, T0 + 1.0, pytest.approx(400.0)), (T0 + 1.0, T0 + 3.0, pytest.approx(800.0)),
+                     (T0 + 3.0, T0 + 5.0, pytest.approx(800.0))]
+    [found] = verdicts.energy_samples(entries, client_records(chunks=128))
+    assert found.figure == "c4-same tokens/J" and found.sample.n == 3
+    # tokens spread over 1.2 .. 4 s: none in the first second, 1.8 / 2.8 of them in the next stretch
+    assert found.sample.groups[0][:, 0] == pytest.approx([0.0, 2048 * 1.8 / 2.8, 2048 * 1.0 / 2.8])
+    assert found.sample.value == pytest.approx(2048 / 2000)  # the table's tokens per joule
+    assert verdicts.energy_samples([], client_records(chunks=128)) == []
