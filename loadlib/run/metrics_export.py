@@ -244,9 +244,10 @@ class _LiveCollector(Collector):
                                        labels=["run"])
             lost.add_metric([state.run], state.workers_lost)
             families += [workers, lost]
+        latest = {(row["cell"], row["gpu"], row.get("target", "")): row for row in state.energy}  # a cell run again: its last
         for name, doc, key in ENERGY_GAUGES:
             family = GaugeMetricFamily(name, doc, labels=["cell", "gpu", "target", "run"])
-            for row in state.energy:
+            for row in latest.values():
                 if row.get(key) is not None:
                     family.add_metric([row["cell"], row["gpu"], row.get("target", ""), state.run], row[key])
             families.append(family)

@@ -127,6 +127,9 @@ def test_the_servers_account_of_speculative_decoding_and_each_cells_energy_are_l
     assert (get("uni_locust_gpu_energy_joules", gpu), get("uni_locust_gpu_tokens_per_joule", gpu),
             get("uni_locust_gpu_peak_watts", {**gpu, "gpu": "1"})) == (400.0, 2.0, 100.0)
     assert get("uni_locust_gpu_energy_joules", {**gpu, "gpu": "1"}) is None  # unknown: no sample, not 0
+    again = {**energy[0], "joules": 500.0}  # the cell ran again: one series, its last figures
+    metrics = RunMetrics(lambda: LiveState("r", 0, 2, None, 0, (*energy, again)))
+    assert metrics.registry.get_sample_value("uni_locust_gpu_energy_joules", gpu) == 500.0
 
 
 # --- bad ports -----------------------------------------------------------------------------------
