@@ -20,10 +20,12 @@ not), so that the figure is a statistic of its units:
   drafts + verify steps, verify steps), the figure the ratio of their sums; resampled in blocks
   (`bootstrap.block_length` of the requests' own accept lengths), as a prompt repeats round after
   round;
-- a cell's tokens per joule (`--gpu-power`): the cell cut at the GPU meter's scrapes
-  (`truth.energy.energy_steps`), each stretch a unit of (completion tokens made in it, joules of
-  every GPU), the tokens of each successful request spread evenly from its first token to its end;
-  a time series, resampled in blocks;
+- a cell's tokens per joule (`--gpu-power`): the cell's time cut into units of (completion tokens
+  made in it, joules of every GPU), the tokens of each successful request spread evenly from its
+  first token to its end, the joules read off the GPU meter's scrapes (`truth.energy.energy_steps`,
+  a straight line between two): in rounds, one unit a round (from its start to the next one's),
+  independent; otherwise the stretches between the scrapes, a time series resampled in blocks. The
+  units span the cell's start and end scrapes, so that the figure is the energy table's;
 - a free-running cell (closed, ladder, open, trace, search, a locustfile's own users): a time
   series. TTFT: its requests in send order. Steady decode t/s and goodput: the steady window cut
   into equal time bins (`MAX_BINS` at most, no more than the window's requests), each bin's
@@ -68,7 +70,7 @@ from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
 from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
 from loadlib.figures.uncertainty import LEVEL, samples_needed
-from loadlib.truth import energy
+from loadlib.truth import energy, server_figures
 from loadlib.scenarios.base import SINGLE
 
 SEED = 24  # one seed for every interval: the same runs always give the same output
@@ -314,24 +316,36 @@ def _accept_samples(df: pd.DataFrame) -> list[FigureSample]:
 
 
 def energy_samples(scrapes: Sequence[dict], df: pd.DataFrame) -> list[FigureSample]:
-    """Each measured cell's tokens per joule as a sample of the stretches between the GPU meter's
-    scrapes (see the module's doc); none without a GPU meter."""
+    """Each measured cell's tokens per joule (named as the energy table names its row: "single
+    code tokens/J", "c2-same tokens/J") as a sample of the cell's time cut into units (see the
+    module's doc); none without a GPU meter."""
     ok = df[df["ok"] & df["completion_tokens"].notna()]
-    first = ok["first_token_at"].to_numpy(dtype="float64")
-    end = ok["end_at"].to_numpy(dtype="float64")
-    first = np.where(np.isnan(first), end, first)
     found = []
     for span, steps in energy.energy_steps(scrapes).items():
-        own = (ok["cell"] == span.cell).to_numpy()
-        if not own.any() or not steps:
+        own = server_figures.cell_records(ok, span)
+        if own.empty or not steps:
             continue
-        comp = ok["completion_tokens"].to_numpy(dtype="float64")[own]
-        start, stop = first[own], end[own]
-        units = np.array([[float((comp * np.clip((np.minimum(stop, t1) - np.maximum(start, t0))
-                                                 / np.maximum(stop - start, 1e-9), 0.0, 1.0)).sum()), joules]
-                          for t0, t1, joules in steps])
-        found.append(FigureSample(f"{span.cell} tokens/J", span.cell, Sample.of(
-            units, ratio_of_means(), block_length(units[:, 0] / units[:, 1]))))
+        # the cumulative joules of every GPU at each scrape of the cell, read between them as a line
+        at = np.array([steps[0][0], *(t1 for _t0, t1, _joules in steps)])
+        joules = np.concatenate([[0.0], np.cumsum([j for _t0, _t1, j in steps])])
+        rounds = own["round"].to_numpy()
+        if own["case"].iat[0] in (SINGLE, *CONCURRENT_CASES) and len(set(rounds)) > 1:
+            starts = own.groupby("round", sort=True)["sent_at"].min().to_numpy(dtype="float64")
+            edges, block = np.array([at[0], *starts[1:], at[-1]]), 1  # each round to the next one's start
+        else:
+            edges = at
+            block = 0  # a time series: its own block length
+        first = own["first_token_at"].to_numpy(dtype="float64")
+        end = own["end_at"].to_numpy(dtype="float64")
+        first = np.where(np.isnan(first), end, first)
+        comp = own["completion_tokens"].to_numpy(dtype="float64")
+        units = np.array([[float((comp * np.clip((np.minimum(end, t1) - np.maximum(first, t0))
+                                                 / np.maximum(end - first, 1e-9), 0.0, 1.0)).sum()),
+                           float(np.interp(t1, at, joules) - np.interp(t0, at, joules))]
+                          for t0, t1 in zip(edges[:-1], edges[1:])])
+        name = f"{span.cell} {server_figures.cell_scenario(span, own)}".strip()
+        found.append(FigureSample(f"{name} tokens/J", span.cell, Sample.of(
+            units, ratio_of_means(), block or block_length(units[:, 0] / units[:, 1]))))
     return found
 
 

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pytest
 from locust.argument_parser import get_parser
 from locust.rpc.protocol import Message
@@ -423,3 +424,17 @@ def test_a_cells_energy_is_cut_at_its_scrapes_for_the_verdicts():
     assert found.sample.groups[0][:, 0] == pytest.approx([0.0, 2048 * 1.8 / 2.8, 2048 * 1.0 / 2.8])
     assert found.sample.value == pytest.approx(2048 / 2000)  # the table's tokens per joule
     assert verdicts.energy_samples([], client_records(chunks=128)) == []
+
+
+def test_in_rounds_each_round_is_a_unit_of_its_tokens_and_the_joules_to_the_next_rounds_start():
+    records = client_records(chunks=128)  # round 0: 4 x 512 tokens, sent at T0 + 1, 3 s each
+    later = records.assign(round=1, sent_at=T0 + 4.5, first_token_at=T0 + 4.7, end_at=T0 + 7.5,
+                           last_token_at=T0 + 7.5)
+    at = lambda s: dcgm_page({0: 9_000_000_000 + 400_000 * s}, {0: 400})  # noqa: E731 (400 W from T0)
+    entries = [scrape(0.0, "start", at(0)), scrape(3.0, "interval", at(3)), scrape(6.0, "interval", at(6)),
+               scrape(8.0, "end", at(8))]
+    [found] = verdicts.energy_samples(entries, pd.concat([records, later], ignore_index=True))
+    # round 0 from the start scrape to round 1's send (4.5 s, 1,800 J); round 1 to the end scrape (3.5 s, 1,400 J)
+    assert found.sample.blocks == (1,)
+    assert found.sample.groups[0].tolist() == [[2048.0, pytest.approx(1800.0)], [2048.0, pytest.approx(1400.0)]]
+    assert found.sample.value == pytest.approx(4096 / 3200)  # the table's figure: every token over the cell's joules
