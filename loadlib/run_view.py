@@ -36,11 +36,11 @@ import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
 from loadlib.figures.energy import energy_table
+from loadlib.figures.series import SERVER_NAMES
 from loadlib.figures.goodput import Slo, goodput_slo
 from loadlib.figures.sweep import ConfigRun, config_runs, sweep_table
 from loadlib.record_table import JournalError, read_journal, split_records
 from loadlib.records import MANIFEST_FILE, read_records, target_dir
-from loadlib.report.html_server import NAMES as SERVER_SERIES_NAMES
 from loadlib.report.locust_csv import LocustCsv, read_locust_csv
 from loadlib.truth import energy, server_figures
 from loadlib.truth.scrape import read_scrapes
@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # Every sample a figure reads of the scrapes: the server view and the validity checks, the GPUs'
-# energy, report.html's server timeline. Each reads its own by name from the one parse.
-SCRAPE_NAMES = server_figures.NAMES_READ | energy.NAMES_READ | SERVER_SERIES_NAMES
+# energy, the charts' server timeline. Each reads its own by name from the one parse.
+SCRAPE_NAMES = server_figures.NAMES_READ | energy.NAMES_READ | SERVER_NAMES
 
 
 class RunDirError(Exception):
