@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, T
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures.acceptance import position_table
 from loadlib.figures.energy import energy_table
 from loadlib.figures.series import SERVER_NAMES
 from loadlib.figures.goodput import Slo, goodput_slo
@@ -138,6 +139,11 @@ class RunView:
     def spec_counters(self) -> list[server_figures.SpecCounters]:
         """The server's speculative-decoding counters per cell (`server_figures.spec_counters`)."""
         return server_figures.spec_counters(self.scrapes)
+
+    @cached_property
+    def positions(self) -> pd.DataFrame:
+        """Speculative acceptance by draft position per cell (`loadlib.figures.acceptance.position_table`)."""
+        return position_table(self.records, self.spec_counters)
 
     @cached_property
     def energy(self) -> pd.DataFrame:

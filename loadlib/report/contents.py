@@ -71,8 +71,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: server_view.server_sections(run.scrapes, run.records, run.manifest),
           when=lambda run: run.path is not None),
     Entry(lambda run: sections.acceptance_section(acceptance.acceptance_table(run.records))),
-    Entry(lambda run: sections.position_section(acceptance.curves(acceptance.position_table(run.records,
-                                                                                            run.spec_counters)))),
+    Entry(lambda run: sections.position_section(acceptance.curves(run.positions))),
     Entry(lambda run: sections.energy_section(run.energy), when=lambda run: run.path is not None),
     Entry(lambda run: checks_section(run.checks), when=lambda run: run.judged),
     # the report's own, after the summary
