@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, T
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures.acceptance import position_table
+from loadlib.figures.energy import energy_table
 from loadlib.figures.series import SERVER_NAMES
 from loadlib.figures.goodput import Slo, goodput_slo
 from loadlib.figures.sweep import ConfigRun, config_runs, sweep_table
@@ -134,7 +136,22 @@ class RunView:
         from loadlib.report.validity import run_checks
 
         return run_checks(self.scrapes, self.records, self.manifest, self.steady_cells, self.unmeasured,
-                          self.tables.concurrent)
+                          self.tables.concurrent, self.spec_counters)
+
+    @cached_property
+    def spec_counters(self) -> list[server_figures.SpecCounters]:
+        """The server's speculative-decoding counters per cell (`server_figures.spec_counters`)."""
+        return server_figures.spec_counters(self.scrapes)
+
+    @cached_property
+    def positions(self) -> pd.DataFrame:
+        """Speculative acceptance by draft position per cell (`loadlib.figures.acceptance.position_table`)."""
+        return position_table(self.records, self.spec_counters)
+
+    @cached_property
+    def energy(self) -> pd.DataFrame:
+        """Each GPU's energy per cell (`loadlib.figures.energy.energy_table`); no rows without a GPU meter."""
+        return energy_table(self.scrapes, self.records)
 
     # --- a run of several servers, split once ------------------------------------------------------
 

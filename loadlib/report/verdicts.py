@@ -42,7 +42,7 @@ def verdicts_section(runs: Sequence[RunView], figures: pd.DataFrame) -> Section:
     figures, whose values become `a` and `b`): `verdicts.verdicts_table` with the runs' labels
     (`run_a`, `run_b`), and one sentence a verdict."""
     first = runs[0]
-    samples = [verdicts.headline_samples(run.records, run.slo) for run in runs]
+    samples = [verdicts.headline_samples(run.records, run.slo, run.scrapes) for run in runs]
     values = figures.set_index(["run", "figure"])["value"]
     rank = {figure: i for i, figure in enumerate(dict.fromkeys(figures["figure"]))}
     parts = []
