@@ -28,6 +28,7 @@ from loadlib.figures.capacity import level_table
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
 from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
+from loadlib.truth.energy import ALL as ALL_GPUS
 
 if TYPE_CHECKING:
     from loadlib.run_view import RunView
@@ -405,6 +406,27 @@ def _decode_per_scenario(run: ChartRun) -> pd.DataFrame | None:
                   high=single["decode_max"], text=[f"{v:.1f}" if np.isfinite(v) else None for v in decode])
 
 
+def _acceptance_curves(run: ChartRun) -> pd.DataFrame | None:
+    """Each cell's (and, from the requests' histograms, scenario's) expected tokens per verify step
+    at each draft length."""
+    table = run.view.positions
+    if table.empty:
+        return None
+    return _frame(table["position"], table["expected_tokens"],
+                  name=[f"{cell} {scenario}".strip() for cell, scenario in zip(table["cell"], table["scenario"])])
+
+
+def _tokens_per_joule(run: ChartRun) -> pd.DataFrame | None:
+    """Each cell's completion tokens per joule, every GPU read together (its one GPU's where one was read)."""
+    table = run.view.energy
+    together = table[table["gpu"] == ALL_GPUS] if (table["gpu"] == ALL_GPUS).any() else table
+    if together["tokens_per_joule"].notna().sum() == 0:
+        return None
+    value = together["tokens_per_joule"].astype(float)
+    return _frame([f"{cell} {scenario}".strip() for cell, scenario in zip(together["cell"], together["scenario"])],
+                  value, text=[f"{v:.2f}" if np.isfinite(v) else None for v in value])
+
+
 def _search(run: ChartRun) -> Mapping[str, Any]:
     return run.view.manifest.get("search") or {}
 
@@ -633,6 +655,14 @@ CHARTS: list[Chart] = [
           "lane's first, its sub-agents on those above; the gaps are the agents' think time)", "sessions_{run}",
           SECONDS, Axis("lanes, a row per agent at work at once", zero=True), (Series("", lambda run: sessions.lane_spans(run.requests, run.origin),
                                            per_request=True),), kind="span", marks=_cell_bands),
+    Chart("acceptance-by-position", "Speculative acceptance: expected tokens per verify step had the draft been cut "
+          "to n, per cell (1 + p(1) + ... + p(n), p(k) the share of verify steps that accepted k drafts or more, from "
+          "the server's counters per position or its requests' histograms; an estimate of acceptance, not of speed)",
+          "acceptance_{run}", Axis("draft length n"), Axis("tokens per verify step", zero=True),
+          (Series("", _acceptance_curves),)),
+    Chart("energy-tokens-per-joule", "GPU energy: completion tokens per joule, per cell (every GPU read together; "
+          "joules from the energy counter's change over the cell)", "energy_{run}", Axis("cell"),
+          Axis("tokens per joule", zero=True), (Series("", _tokens_per_joule),), kind="bar"),
     _by_length_chart("ttft_s", "prompt_tokens", Axis("TTFT", "s", zero=True)),
     _by_length_chart("decode_tps", "completion_tokens", PER_STREAM),
     _sweep_chart("sweep-capacity", "Server sweep: capacity within the SLO (the search's best level)", "capacity",

@@ -43,16 +43,23 @@ def sweep_section(table: pd.DataFrame, slo: Slo) -> Section:
         "SLO met": [text.percent(v) for v in table["slo_met"]],
         "tok/chunk": text.column(table["tok_per_chunk"], 2),
         "accept len": text.column(table["accept_length"], 2),
+        "expected tokens/step at draft 1..N": [text.MISSING if not isinstance(e, list) else
+                                                " ".join(text.num(v, 2) for v in e) for e in table["expected_tokens"]],
+        "tokens/J": text.column(table["tokens_per_joule"], 2),
+        "J/token": text.column(table["joules_per_token"], 3),
         "warnings": ["; ".join(found) or text.MISSING for found in table["warnings"]],
     })
     view = view.drop(columns=[name for name in view.columns[4:] if (view[name] == text.MISSING).all()])
-    left = tuple(name for name in ("configuration", "status", "warnings") if name in view)
+    left = tuple(name for name in ("configuration", "status", "expected tokens/step at draft 1..N", "warnings")
+                 if name in view)
     return Section(
         "sweep", "Server sweep (one row per configuration, in the order run; capacity = the search's best level "
         "and the req/s it delivered; decode p50 = per request, (comp-1)/(total-ttft), with its 95 % CI; all-streams t/s = "
         "decode tokens of every stream per second, steady state of the busiest free-running cell; SLO met = steady-window requests meeting "
         f"TTFT <= {slo.ttft_s:g} s and decode >= {slo.decode_tps:g} t/s; tok/chunk = client, Σcomp/Σchunks; "
-        "accept len = the server's tokens per target forward; warnings = known performance warnings in its "
+        "accept len = the server's tokens per target forward; expected tokens/step at draft 1..N = 1 + p(1) + ... + "
+        "p(n) from its acceptance by draft position, an estimate of acceptance at a shorter draft, not of speed; "
+        "tokens/J and J/token = completion tokens per joule of every GPU read over its cells; warnings = known performance warnings in its "
         "server's log)",
         table, view, keys=("label",), left=left)
 

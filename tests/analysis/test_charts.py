@@ -71,6 +71,23 @@ def scrapes(cell: str, start: float, end: float) -> list[dict]:
     return [scrape("start", start, 1.0, 0, 0), scrape("end", end, 3.0, 2000, 2)]
 
 
+def gpu_scrapes(cell: str, start: float, end: float) -> list[dict]:
+    """A DCGM exporter's start and end scrapes of one cell: one GPU drawing 400 W throughout."""
+    def scrape(phase: str, t: float) -> dict:
+        text = ("# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n" 'DCGM_FI_DEV_POWER_USAGE{gpu="0",modelName="GPU"} 400\n'
+                "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+                f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",modelName="GPU"}} {(t - start) * 400_000 + 1e9:.0f}\n')
+        return {"t": t, "source": "gpu", "url": "http://127.0.0.1:9400/metrics", "phase": phase, "cell_index": 0,
+                "cell": cell, "case": "closed", "error": None, "text": text}
+    return [scrape("start", start), scrape("end", end)]
+
+
+def with_account(record: dict) -> dict:
+    """A request with the server's account of its speculative decoding: 10 steps, 13 drafts accepted."""
+    return {**record, "spec_verify_steps": 10, "spec_accepted_tokens": 13, "spec_draft_tokens": 30,
+            "spec_accept_histogram": "4,2,1,3"}
+
+
 def write_run(path: Path, records: list[dict], manifest: dict, scraped: list[dict] = ()) -> Path:
     path.mkdir(parents=True)
     (path / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
@@ -83,12 +100,12 @@ def write_run(path: Path, records: list[dict], manifest: dict, scraped: list[dic
 @pytest.fixture(scope="module")
 def every_chart(tmp_path_factory) -> list[Path]:
     """Three run directories: the protocol's cells with cache hits, a free-running cell, a capacity
-    search, agent sessions, the server's scrapes and Locust's CSV history; a sweep without a search or scrapes; a
-    sweep with both."""
+    search, agent sessions, the server's scrapes and Locust's CSV history; a sweep without a search or
+    scrapes; a sweep with both."""
     tmp = tmp_path_factory.mktemp("every-chart")
-    main = write_run(tmp / "main", extended_run() + free_running_records() + search_records() + session_records(),
-                     {"search": SEARCH},
-                     scrapes("steady", T0, T0 + 8))
+    main = write_run(tmp / "main", [with_account(r) for r in extended_run()] + free_running_records() + search_records()
+                     + session_records(),
+                     {"search": SEARCH}, scrapes("steady", T0, T0 + 8) + gpu_scrapes("steady", T0, T0 + 8))
     (main / "locust_stats.csv").write_text("Type,Name,Request Count\n,Aggregated,10\n", encoding="utf-8")
     (main / "locust_stats_history.csv").write_text(
         "Timestamp,User Count,Requests/s\n" + "".join(f"{int(T0) + s},{min(s, 2)},1.0\n" for s in range(9)),
