@@ -19,8 +19,10 @@ from loadlib.figures.goodput import Slo
 from loadlib.modes import MODES
 from loadlib.modes.rounds import RoundsLoad
 from loadlib.modes.search_driver import SearchLoad
+from loadlib.modes.sessions import SessionsLoad
 from loadlib.modes.trace import TraceLoad
 from loadlib.scenarios import KINDS
+from loadlib.scenarios.agent_trace import AGENT_TRACE_KIND
 from loadlib.scenarios.spec import Strict, Thinking
 from loadlib.sweep.spec import LABEL_PATTERN, ServerSpec
 from loadlib.wire.client import DEFAULT_MAX_TOKENS, DEFAULT_THINKING
@@ -144,6 +146,11 @@ class Profile(Strict):
             raise ValueError("a trace brings its own prompts: no [scenarios] with mode = \"trace\"")
         if not trace and not scenarios and "load" in info.data:
             raise ValueError("name at least one scenario")
+        agents = [name for name, spec in scenarios.items() if spec.kind == AGENT_TRACE_KIND]
+        if isinstance(info.data.get("load"), SessionsLoad) and (len(agents) != 1 or len(scenarios) != 1):
+            raise ValueError(f"the sessions mode plays one scenario of kind {AGENT_TRACE_KIND} and no other")
+        if agents and "load" in info.data and not isinstance(info.data["load"], SessionsLoad):
+            raise ValueError(f"{agents[0]}: kind {AGENT_TRACE_KIND} is played by mode = \"sessions\" only")
         return scenarios
 
     @field_validator("scenarios", mode="before")

@@ -61,6 +61,14 @@ class RequestLabel:
     measured: bool = True
     cache_intended: str = "any"
     turn: int | None = None
+    # an agent session's (`loadlib.modes.sessions`): its conversation, which replay of it (a lane
+    # that plays a trace's conversation again plays a new copy), the agent that sent the request
+    # ("main" or a sub-agent's id), and the prompt tokens an infinite prefix cache would hold for it
+    # (its leading hash blocks already sent in its scope)
+    conversation: str | None = None
+    copy: int | None = None
+    agent: str | None = None
+    ideal_cached_tokens: int | None = None
 
 
 LABEL_FIELDS = tuple(f.name for f in dataclasses.fields(RequestLabel))
@@ -137,7 +145,11 @@ class RequestRecord(Exchange):
     scheduled_at: float | None = None
     measured: bool = True  # False for warm-up, priming and calibration requests
     cache_intended: str = "any"  # "cold" (flushed, unique) | "warm" (primed, shared) | "any"
-    turn: int | None = None  # turn within a multi-turn conversation, from 0
+    turn: int | None = None  # turn within a multi-turn conversation (an agent session: its agent's), from 0
+    conversation: str | None = None
+    copy: int | None = None
+    agent: str | None = None
+    ideal_cached_tokens: int | None = None
     # who sent it
     worker: int  # Locust worker index (0 when running locally; -1: a lost worker's)
     user: int  # user number within that worker

@@ -114,8 +114,8 @@ def test_a_broken_profile_stops_the_run_with_one_line_and_exit_code_2(tmp_path, 
 
 
 @pytest.mark.parametrize("text, message", [
-    ('[load]\nmode = "burst"\n[scenarios.vision]\n', "load.mode: expected one of rounds, closed, open, ladder, search, trace, got 'burst'"),
-    ('[load]\nrounds = 2\n[scenarios.vision]\n', "load.mode: missing (one of rounds, closed, open, ladder, search, trace)"),
+    ('[load]\nmode = "burst"\n[scenarios.vision]\n', "load.mode: expected one of rounds, closed, open, ladder, search, trace, sessions, got 'burst'"),
+    ('[load]\nrounds = 2\n[scenarios.vision]\n', "load.mode: missing (one of rounds, closed, open, ladder, search, trace, sessions)"),
     ('[load]\nmode = "open"\nrate_rps = -1\nduration_s = 5\n[scenarios.vision]\n', "load.rate_rps: Input should be greater than 0"),
     ('[load]\nmode = "closed"\n[scenarios.vision]\n', "load.duration_s: missing (required)"),
     ('[load]\nmode = "ladder"\nduration_s = 5\nlevels = [4, 2]\n[scenarios.vision]\n', "load.levels: levels must be a non-empty rising list"),

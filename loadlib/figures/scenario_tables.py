@@ -31,8 +31,9 @@ def cache_state_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def turn_table(df: pd.DataFrame) -> pd.DataFrame:
     """Multi-turn conversations: TTFT p50/p90/p99 and n per scenario and turn, beside the mean
-    prompt and cached tokens of the turn's successful requests."""
-    turns = df.loc[df["turn"].notna(), ["scenario", "turn", "ok", "ttft_s", "ttfo_s", "prompt_tokens", "cached_tokens"]]
+    prompt and cached tokens of the turn's successful requests (agent sessions have their own
+    tables, `figures.sessions`)."""
+    turns = df.loc[df["turn"].notna() & df["conversation"].isna(), ["scenario", "turn", "ok", "ttft_s", "ttfo_s", "prompt_tokens", "cached_tokens"]]
     turns = turns.assign(turn=turns["turn"].astype(int))
     parts = []
     for scenario, group in turns.groupby("scenario", sort=False, observed=True):

@@ -372,5 +372,6 @@ class LoadMode:
         raise NotImplementedError
 
     def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
-        """Findings about the run's plan for its manifest, said once at its start."""
+        """Findings about the run's plan for its manifest, said once at its start (a text is
+        also logged; another value is a figure the report reads)."""
         return {}

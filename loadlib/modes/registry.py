@@ -12,12 +12,13 @@ from loadlib.modes.open_loop import OPEN
 from loadlib.modes.own_users import OWN_USERS
 from loadlib.modes.rounds import ROUNDS
 from loadlib.modes.search_driver import SEARCH
+from loadlib.modes.sessions import SESSIONS
 from loadlib.modes.trace import TRACE
 
 if TYPE_CHECKING:
     from loadlib.profiles import Profile
 
-MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE)}
+MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE, SESSIONS)}
 
 
 def mode_of(profile: Profile | None) -> LoadMode:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from loadlib.figures import free_running
+from loadlib.figures import free_running, sessions
 from loadlib.figures import series as points
 from loadlib.figures.capacity import level_table
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
@@ -651,6 +651,10 @@ CHARTS: list[Chart] = [
           (Series("share of blocks meeting the SLO", _level_column("pass_share_blocks")),
            Series("delivered req/s", _level_column("delivered_rps"), style="dashed", right=True)),
           y2=Axis("delivered", "req/s", zero=True), applies=lambda run: bool(_search(run).get("levels"))),
+    Chart("session-lanes", "Agent sessions: each turn from its send to its end, on its lane's rows (a main agent on its "
+          "lane's first, its sub-agents on those above; the gaps are the agents' think time)", "sessions_{run}",
+          SECONDS, Axis("lanes, a row per agent at work at once", zero=True), (Series("", lambda run: sessions.lane_spans(run.requests, run.origin),
+                                           per_request=True),), kind="span", marks=_cell_bands),
     Chart("acceptance-by-position", "Speculative acceptance: expected tokens per verify step had the draft been cut "
           "to n, per cell (1 + p(1) + ... + p(n), p(k) the share of verify steps that accepted k drafts or more, from "
           "the server's counters per position or its requests' histograms; an estimate of acceptance, not of speed)",

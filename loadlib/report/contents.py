@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables
+import pandas as pd
+
+from loadlib.figures import acceptance, energy, free_running, protocol_tables, scenario_tables, sessions
 from loadlib.figures.capacity import level_table
 from loadlib.figures.columns import distinct, isin
 from loadlib.figures.sweep import compared
@@ -53,6 +55,12 @@ def _prefill(run: RunView) -> Section:
     return sections.prefill(protocol_tables.prefill_table(run.records))
 
 
+def session_cells(run: RunView) -> pd.DataFrame:
+    """The agent sessions' cells (`figures.sessions.cell_table`), hash blocks as the run noted them."""
+    block = run.manifest.get("agent_trace_block_size") or sessions.DEFAULT_BLOCK_TOKENS
+    return run.once("session_cells", lambda: sessions.cell_table(run.records, block, run.slo))
+
+
 CONTENTS: list[Entry] = [
     Entry(lambda run: search_section(run.manifest, level_table(run.records, run.manifest.get("search"),
                                                                run.steady_cells))),
@@ -64,6 +72,8 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: summary.failures_section(run.tables.failures)),
     Entry(lambda run: sections.exclusions_section(protocol_tables.exclusions_table(run.records))),
     Entry(_prefill, when=long_context_run),
+    Entry(lambda run: sections.sessions_section(session_cells(run), run.slo)),
+    Entry(lambda run: sections.session_context_section(sessions.context_table(run.records))),
     Entry(lambda run: sections.cache_section(scenario_tables.cache_state_table(run.records))),
     Entry(lambda run: sections.turn_section(scenario_tables.turn_table(run.records))),
     Entry(lambda run: sections.client_watch_section(run.manifest)),
@@ -78,6 +88,7 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: summary.single_details(run.tables), report_only=True),
     Entry(lambda run: summary.concurrency_details(run.tables), report_only=True),
     Entry(lambda run: sections.by_length(free_running.by_length_table(run.records)), report_only=True),
+    Entry(lambda run: sections.session_list_section(sessions.sessions_table(run.records)), report_only=True),
     Entry(_prefill, report_only=True, when=lambda run: not long_context_run(run)),
 ]
 
@@ -110,7 +121,7 @@ def run_sections(run: RunView, report: bool = False) -> tuple[list[Section], dic
             found |= summary.summary_dict(run.tables) | {"energy": energy.json_rows(run.energy)}
             if run.judged:
                 found["validity"] = validity_summary(run.checks)
-        return build_sections(run, report), found
+        return build_sections(run, report), with_sessions(run, found, report)
     sections_ = target_sections(targets, report)
     if sweep is not None:
         more, found = sweep
@@ -122,7 +133,13 @@ def run_sections(run: RunView, report: bool = False) -> tuple[list[Section], dic
         found["targets"] = {target.label: summary.summary_dict(target.tables) for target in targets}
         found["energy"] = [row for target in targets for row in energy.json_rows(target.energy, target=target.label)]
         found["validity"] = {target.label: validity_summary(target.checks) for target in targets if target.judged}
-    return sections_, found
+    return sections_, with_sessions(run, found, report)
+
+
+def with_sessions(run: RunView, found: dict[str, Any], report: bool) -> dict[str, Any]:
+    """`report --json`'s "sessions": the agent sessions' cells, where the run has any."""
+    table = session_cells(run) if report else None
+    return found if table is None or table.empty else {**found, "sessions": rows(table)}
 
 
 def sweep_of(run: RunView) -> tuple[list[Section], dict[str, Any]] | None:

@@ -307,6 +307,74 @@ def acceptance_section(table: pd.DataFrame) -> Section:
         }), keys=("scenario",), left=("scenario",), optional=True)
 
 
+def _targeted(table: pd.DataFrame) -> dict[str, list[str]]:
+    """A target column where an A/B run has several."""
+    return {"target": table["target"].astype(str).tolist()} if table["target"].astype(bool).any() else {}
+
+
+def _left(table: pd.DataFrame, *names: str) -> tuple[str, ...]:
+    return (*_targeted(table), *names)
+
+
+def sessions_section(table: pd.DataFrame, slo: Slo) -> Section:
+    """Agent sessions per cell: the prefix cache's ideal beside what the server achieved, with the
+    interval over sessions, and the cell's validity (`figures.sessions.cell_table`)."""
+    flagged = table.loc[table["overflow_flag"].astype(bool), "cell"].astype(str).tolist()
+    return Section(
+        "sessions", "Agent sessions per cell (prefix hit = cached / prompt tokens of the answered turns, token-weighted; "
+        "ideal = the trace's hash blocks sent before in their scope, an infinite cache; achieved = the server's "
+        "usage cached_tokens, 95 % CI resampling sessions; missed ideal = turns cached more than a block below "
+        f"it; lanes live = mean sessions in progress; in SLO = turns with TTFT from when due <= {slo.ttft_s:g} s and "
+        f"decode >= {slo.decode_tps:g} t/s)"
+        + (f"; FLAGGED {', '.join(flagged)}: more than 1 % of turns beyond the model's context" if flagged else ""),
+        table, pd.DataFrame({
+            **_targeted(table), "cell": table["cell"].astype(str),
+            "sessions": text.column(table["sessions"], 0), "turns": text.column(table["turns"], 0),
+            "failed": text.column(table["turns_failed"], 0),
+            "ideal hit": [text.percent(v, 1) for v in table["ideal_prefix_hit"]],
+            "achieved hit": [text.percent(v, 1) for v in table["achieved_prefix_hit"]],
+            "95% CI": [f"{text.percent(lo, 1)}-{text.percent(hi, 1)}" if pd.notna(lo) else "-"
+                       for lo, hi in zip(table["achieved_prefix_hit_ci_low"], table["achieved_prefix_hit_ci_high"])],
+            "missed ideal": [text.percent(v, 1) for v in table["turns_missing_ideal"]],
+            "over context": [text.percent(v, 1) + (" !" if flag else "")
+                             for v, flag in zip(table["context_overflow_rate"], table["overflow_flag"])],
+            "lanes offered": text.column(table["lanes_offered"], 0), "lanes live": text.column(table["lanes_live"], 1),
+            "TTFT p50 s": text.column(table["ttft_p50_s"], 3), "TTFT p90 s": text.column(table["ttft_p90_s"], 3),
+            "decode p50 t/s": text.column(table["decode_p50_tps"], 1),
+            "in SLO": [text.percent(v, 1) for v in table["turns_within_slo"]],
+        }), keys=("target", "cell"), left=_left(table, "cell"), optional=True)
+
+
+def session_list_section(table: pd.DataFrame) -> Section:
+    """Each agent session: its lane, turns, failures, tokens, hits and span."""
+    return Section(
+        "session_list", "Agent sessions one by one (duration = first request sent to last answer's end; hits as in "
+        "the sessions table)",
+        table, pd.DataFrame({
+            **_targeted(table), "cell": table["cell"].astype(str), "conversation": table["conversation"].astype(str),
+            "copy": text.column(table["copy"], 0), "lane": text.column(table["lane"], 0),
+            "turns": text.column(table["turns"], 0), "failed": text.column(table["turns_failed"], 0),
+            "agents": text.column(table["agents"], 0), "prompt tokens": text.column(table["prompt_tokens"], 0),
+            "completion tokens": text.column(table["completion_tokens"], 0),
+            "ideal hit": [text.percent(v, 1) for v in table["ideal_prefix_hit"]],
+            "achieved hit": [text.percent(v, 1) for v in table["achieved_prefix_hit"]],
+            "duration s": text.column(table["duration_s"], 1),
+        }), keys=("target", "cell", "conversation", "copy"), left=_left(table, "cell", "conversation"),
+        optional=True)
+
+
+def session_context_section(table: pd.DataFrame) -> Section:
+    """The agent sessions' turns by context: TTFT and decode as the context grows."""
+    return Section(
+        "session_context", "Agent session turns by context (prompt tokens; answered turns)",
+        table, pd.DataFrame({
+            **_targeted(table), "cell": table["cell"].astype(str), "context": table["context"].astype(str),
+            "turns": text.column(table["turns"], 0), "TTFT p50 s": text.column(table["ttft_p50_s"], 3),
+            "TTFT p90 s": text.column(table["ttft_p90_s"], 3), "decode p50 t/s": text.column(table["decode_p50_tps"], 1),
+            "achieved hit": [text.percent(v, 1) for v in table["achieved_prefix_hit"]],
+        }), keys=("target", "cell", "context"), left=_left(table, "cell", "context"), optional=True)
+
+
 def position_section(curves: pd.DataFrame) -> Section:
     """Acceptance by draft position per cell, and what it implies for shorter drafts
     (`figures.acceptance.curves` of `position_table`)."""

@@ -78,7 +78,8 @@ def opening_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan:
     if model_warning:
         manifest["model_warning"] = model_warning
     for key, said in config.load_mode.notes(config.profile, config.context_tokens).items():
-        log.warning("%s", said)
+        if isinstance(said, str):  # a finding; other notes are figures the report reads
+            log.warning("%s", said)
         manifest[key] = said
     manifest["ended_at"] = None
     return manifest

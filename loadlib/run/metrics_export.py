@@ -53,7 +53,8 @@ log = logging.getLogger("uni-bench")
 
 LABELS = ("name", "cell", "target", "run")
 MAX_REASONS = 20  # distinct failure reasons kept as label values; the rest count as "other"
-TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+# ideal_cached: an agent session's turn's hash blocks an infinite prefix cache would hold
+TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning", "ideal_cached")
 
 
 @dataclass(slots=True)
@@ -67,8 +68,14 @@ class RequestFigures:
     chunk_gap_s: float | None
     total_s: float | None
     decode_tps: float | None
-    tokens: tuple[int | None, ...]  # prompt, completion, cached, reasoning (`TOKEN_KINDS`)
+    tokens: tuple[int | None, ...]  # prompt, completion, cached, reasoning, ideal cached (`TOKEN_KINDS`)
     spec: tuple[int, int] | None = None  # the server's account: verify steps, accepted drafts (None: none sent)
+
+    @property
+    def session_hit_known(self) -> bool:
+        """An agent session's answered turn whose cached tokens the server reported."""
+        prompt, _completion, cached, _reasoning, ideal = self.tokens
+        return self.ok and prompt is not None and cached is not None and ideal is not None
 
 
 def failure_kind(error: str) -> str:
@@ -83,7 +90,8 @@ def figures_of(record: dict[str, Any]) -> RequestFigures:
     error = record.get("error")
     ok = error is None
     ttft, total, comp = record.get("ttft_s"), record.get("total_s"), record.get("completion_tokens")
-    tokens = (record.get("prompt_tokens"), comp, record.get("cached_tokens"), record.get("reasoning_tokens"))
+    tokens = (record.get("prompt_tokens"), comp, record.get("cached_tokens"), record.get("reasoning_tokens"),
+              record.get("ideal_cached_tokens") if ok else None)
     if not ok or ttft is None or total is None:
         return RequestFigures(ok, "" if ok else failure_kind(error), None, None, None, total if ok else None,
                               None, tokens)
@@ -139,6 +147,7 @@ class RecordCollector(Collector):
         self.histograms: dict[tuple[int, tuple[str, ...]], list[Any]] = {}  # (histogram, key) -> [counts, sum]
         self.requests: dict[tuple[str, ...], int] = {}  # key + (outcome, reason)
         self.tokens: dict[tuple[str, ...], int] = {}  # key + (kind,)
+        self.session_hits: dict[tuple[str, ...], list[int]] = {}  # key -> agent sessions' [prompt, cached, ideal]
         self.spec: dict[tuple[str, ...], list[int]] = {}  # key -> [verify steps, accepted drafts]
         self._reasons: set[str] = set()
 
@@ -158,6 +167,10 @@ class RecordCollector(Collector):
         for kind, count in zip(TOKEN_KINDS, figures.tokens):
             if count:
                 self.tokens[(*key, kind)] = self.tokens.get((*key, kind), 0) + count
+        if figures.session_hit_known:
+            prompt, _completion, cached, _reasoning, ideal = figures.tokens
+            sums = self.session_hits.setdefault(key, [0, 0, 0])
+            sums[0], sums[1], sums[2] = sums[0] + prompt, sums[1] + cached, sums[2] + ideal
         if figures.spec is not None:
             counts = self.spec.setdefault(key, [0, 0])
             counts[0] += figures.spec[0]
@@ -184,7 +197,14 @@ class RecordCollector(Collector):
                                      "completion, cached, reasoning)", labels=(*LABELS, "kind"))
         for labels, count in self.tokens.items():
             tokens.add_metric(list(labels), count)
-        yield from (requests, tokens, *self._spec_families())
+        hits = GaugeMetricFamily("uni_locust_session_prefix_hit_ratio", "Agent sessions: cached / prompt tokens of "
+                                 "the answered turns, achieved (the server's usage) and ideal (an infinite prefix "
+                                 "cache, from the trace's hash blocks)", labels=(*LABELS, "kind"))
+        for key, (prompt, cached, ideal) in self.session_hits.items():
+            if prompt:
+                hits.add_metric([*key, "achieved"], cached / prompt)
+                hits.add_metric([*key, "ideal"], ideal / prompt)
+        yield from (requests, tokens, hits, *self._spec_families())
 
     def _spec_families(self) -> tuple[Any, ...]:
         steps = CounterMetricFamily("uni_locust_spec_verify_steps", "Verify steps of the server's account of each "

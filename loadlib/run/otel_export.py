@@ -52,7 +52,8 @@ class OtelMetrics:
         self.requests = meter.create_counter("uni_locust.requests", unit="{request}",
                                              description="Measured requests, by outcome")
         self.tokens = meter.create_counter("uni_locust.tokens", unit="{token}",
-                                           description="Cached and reasoning tokens the server's usage reported")
+                                           description="Cached and reasoning tokens the server's usage reported; an agent "
+                                           "session's ideal cached tokens (an infinite prefix cache)")
         self.live = live
         meter.create_observable_gauge("uni_locust.streams_in_flight", [self._in_flight], unit="{request}",
                                       description="Requests being sent and read now")
@@ -72,11 +73,11 @@ class OtelMetrics:
         self.requests.add(1, {**attrs, "uni_locust.outcome": "ok" if figures.ok else "failed"})
         if record.get("total_s") is not None:
             self.duration.record(record["total_s"], attrs if figures.ok else {**attrs, "error.type": figures.reason})
-        prompt, completion, cached, reasoning = figures.tokens
+        prompt, completion, cached, reasoning, ideal = figures.tokens
         for kind, count in (("input", prompt), ("output", completion)):
             if count is not None:
                 self.token_usage.record(count, {**attrs, "gen_ai.token.type": kind})
-        for kind, count in (("cached", cached), ("reasoning", reasoning)):
+        for kind, count in (("cached", cached), ("reasoning", reasoning), ("ideal_cached", ideal)):
             if count:
                 self.tokens.add(count, {**attrs, "uni_locust.token.type": kind})
         if not figures.ok:

@@ -26,6 +26,7 @@ summary and `python -m analysis report` work for any locustfile with no other co
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from typing import Any, Callable, ClassVar, Hashable
 
@@ -38,7 +39,7 @@ from loadlib.modes import ModeState
 from loadlib.modes.base import UserKind
 from loadlib.modes.own_users import own_label
 from loadlib.profiles import Profile
-from loadlib.records import RequestLabel, RequestRecord
+from loadlib.records import Exchange, RequestLabel, RequestRecord
 from loadlib.run.runtime import ProcessRun, process_run
 from loadlib.scenarios import (DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, RADIX_HIT, TOOL_CALL, VISION, Job, Mix,
                                Scenario, build_scenarios)
@@ -119,18 +120,30 @@ class LLMUser(User):
 
     def send(self, body: dict[str, Any], label: RequestLabel, name: str | None = None, *,
              request_id: str | None = None, urgent: bool = False, report: bool = True,
-             keep_text: bool = False) -> RequestRecord:
+             keep_text: bool = False, headers: dict[str, str] | None = None) -> RequestRecord:
         """Sends `body`, whose place in the run is `label` (made by its cell, `Cell.label`), and
         returns its record; with `report` also to Locust's stats (as `name`, by default the
         label's row, `stats_name`) and to the run's journal. `urgent` sends the record to the
-        journal at once (one a round waits for); `keep_text` keeps the answer's text in the record."""
+        journal at once (one a round waits for); `keep_text` keeps the answer's text in the record;
+        `headers` are the request's own HTTP headers (a session's sticky routing key)."""
         request_id = request_id or uuid.uuid4().hex
         watch = self.process_run.watch
         watch.in_flight += 1
         try:
-            exchange = self.client_for(label.target).stream(body, request_id, keep_text)
+            exchange = self.client_for(label.target).stream(body, request_id, keep_text, headers)
         finally:
             watch.in_flight -= 1
+        return self._recorded(label, exchange, request_id, name, urgent, report)
+
+    def refuse(self, body: dict[str, Any], label: RequestLabel, reason: str) -> RequestRecord:
+        """A request the client knows the server cannot serve (a prompt beyond its context), not
+        sent: its failed record with `reason`, counted and kept like any other."""
+        exchange = Exchange.asking(body)
+        exchange.sent_at, exchange.error = time.time(), reason
+        return self._recorded(label, exchange, uuid.uuid4().hex, None, False, True)
+
+    def _recorded(self, label: RequestLabel, exchange: Exchange, request_id: str, name: str | None, urgent: bool,
+                  report: bool) -> RequestRecord:
         record = RequestRecord.of(label, exchange, request_id, self.process_run.worker_share[0], self.user_number)
         if report:
             self.report(record, name or stats_name(label.case, label.cell, label.scenario), urgent)

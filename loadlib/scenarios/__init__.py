@@ -15,6 +15,7 @@ from __future__ import annotations
 from loadlib.lazy import lazy_names
 
 __all__, __getattr__ = lazy_names(__name__, {
+    "agent_trace": ("AGENT_TRACE", "AgentTrace"),
     "base": ("ANY", "COLD", "WARM", "Cell", "Job", "Scenario", "Send", "request_params"),
     "dataset": ("DATASET", "Dataset", "DatasetError", "dataset_scenario", "load_dataset"),
     "issues": ("DISTINCT_ISSUES", "DistinctIssues"),

@@ -76,6 +76,7 @@ class AgentPrompts:
         self.params = dict(params or {})
         self.calibration = Calibration()
         self.exact = False  # the probes found one server token a word
+        self.probe_tokens: list[int | None] = []  # what the probes answered (`learn`)
 
     @property
     def frame_tokens(self) -> int:
@@ -90,8 +91,10 @@ class AgentPrompts:
         return [Job("calibrate", [{"role": "user", "content": content}], params) for content in contents]
 
     def learn(self, prompt_tokens: Sequence[int | None]) -> None:
-        """The probes' `usage.prompt_tokens`, in `probes()`'s order."""
-        frame, *words = prompt_tokens
+        """The probes' `usage.prompt_tokens`, in `probes()`'s order (another process's, as
+        `probe_tokens` kept them, make this one measure alike)."""
+        self.probe_tokens = list(prompt_tokens)
+        frame, *words = [*prompt_tokens, None, None, None][:3]
         calibration = self.calibration
         calibration.learn(None, 0, frame)
         for n, tokens in zip(PROBE_WORDS.values(), words):
@@ -109,9 +112,7 @@ class AgentPrompts:
         request = turn.request
         total = self._words(request.in_tokens)
         per_block = self._words(self.frame_tokens + conversation.block_size)
-        namespace = conversation.id if conversation.scope == "local" else "global"
-        if self.bust_cache:
-            namespace += f"|copy{copy}"
+        namespace = self.namespace(conversation, copy)
         parts, words = [LEAD], 0
         for hash_id in request.hash_ids:
             if words >= total:
@@ -125,6 +126,12 @@ class AgentPrompts:
         expected = self.frame_tokens + total if self.exact else max(request.in_tokens, self.frame_tokens)
         return AgentPrompt([{"role": "user", "content": "".join(parts)}],
                            {**self.params, "max_tokens": max(1, request.out_tokens), "ignore_eos": True}, expected)
+
+    def namespace(self, conversation: Conversation, copy: int = 0) -> str:
+        """Where a hash id of `conversation`'s `copy` names one text: its conversation (`local`
+        ids) or the whole trace (`global`), and its copy when `bust_cache`."""
+        namespace = conversation.id if conversation.scope == "local" else "global"
+        return f"{namespace}|copy{copy}" if self.bust_cache else namespace
 
     def _words(self, tokens: int) -> int:
         """Words after the lead that make a prompt of `tokens` server tokens."""

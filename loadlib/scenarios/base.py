@@ -18,6 +18,7 @@ COLD, WARM, ANY = "cold", "warm", "any"  # intended cache states
 # so that it loads neither the kinds' profile schemas nor their modules.
 LONG_CONTEXT_KIND = "long-context"  # its prefill per size
 TRACE_KIND = "trace"  # a recorded trace's requests (`loadlib.modes.trace`): its replay table
+CONTEXT_OVERFLOW = "context overflow"  # the reason of an agent session's turn not sent for the model's context
 
 
 @dataclass(frozen=True, slots=True)

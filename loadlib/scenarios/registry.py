@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from loadlib.scenarios.agent_trace import AGENT_TRACE
 from loadlib.scenarios.base import request_params
 from loadlib.scenarios.dataset import DATASET
 from loadlib.scenarios.issues import DISTINCT_ISSUES
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from loadlib.profiles import Profile
 
 KINDS: dict[str, ScenarioKind] = {kind.name: kind for kind in (
-    PROTOCOL, RADIX_HIT, DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, TOOL_CALL, VISION, DATASET, SYNTHETIC)}
+    PROTOCOL, RADIX_HIT, DISTINCT_ISSUES, LONG_CONTEXT, MULTI_TURN, TOOL_CALL, VISION, DATASET, SYNTHETIC,
+    AGENT_TRACE)}
 
 
 def build_scenarios(profile: Profile, only: str | None = None) -> Weighted:

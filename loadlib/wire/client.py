@@ -88,9 +88,11 @@ class ChatClient:
         if settings.api_key:
             self._headers["Authorization"] = f"Bearer {settings.api_key}"
 
-    def stream(self, body: dict[str, Any], request_id: str, keep_text: bool = False) -> Exchange:
+    def stream(self, body: dict[str, Any], request_id: str, keep_text: bool = False,
+               headers: dict[str, str] | None = None) -> Exchange:
         """Sends one request and returns what happened to it (never raises for a failed request);
-        with `keep_text` the exchange holds the answer's `text` and `reasoning_text`. This is the
+        with `keep_text` the exchange holds the answer's `text` and `reasoning_text`; `headers` are
+        this request's own (a session's sticky routing key). This is the
         transport only: `loadlib.LLMUser.chat` also makes its record, counts it in Locust's stats
         and keeps it in the run's journal.
 
@@ -101,7 +103,7 @@ class ChatClient:
         exchange.sent_at = time.time()  # replaced by the send time when the request went out
         self.live.stream_started()
         try:
-            self._exchange(exchange, body, request_id, keep_text)
+            self._exchange(exchange, body, request_id, keep_text, headers or {})
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.connection.close()
             exchange.error = self._redacted(f"client error: {type(exc).__name__}: {exc}"[:200])
@@ -109,9 +111,10 @@ class ChatClient:
             self.live.stream_ended(exchange.error is not None, exchange.completion_tokens, exchange.chunks)
         return exchange
 
-    def _exchange(self, exchange: Exchange, body: dict[str, Any], request_id: str, keep_text: bool) -> None:
+    def _exchange(self, exchange: Exchange, body: dict[str, Any], request_id: str, keep_text: bool,
+                  own_headers: dict[str, str]) -> None:
         """Sends the request and fills the exchange from the response as it was read."""
-        headers = dict(self._headers, **{"X-Request-Id": request_id})
+        headers = {**self._headers, **own_headers, "X-Request-Id": request_id}
         data = orjson.dumps(body)
         try:
             response = self.connection.request("POST", CHAT_PATH, data, headers,

@@ -138,3 +138,15 @@ def sglang_scrapes(cell: str, case: str, started_at: float, ended_at: float, acc
                 "cell_index": 0, "cell": cell, "case": case, "error": None,
                 "text": f"# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length {accept}\n"}
     return [scrape("start", started_at, 1.0), scrape("end", ended_at, accept_length)]
+
+
+def session_records() -> list[dict[str, Any]]:
+    """Two agent sessions on two lanes: lane 0's main agent twice, 1 s apart; lane 1's main agent, then
+    two sub-agents together (ideal 960 of 1,000 prompt tokens each, 900 cached)."""
+    t0 = 1_700_000_000.0
+
+    def r(start, lane, conversation, agent="main", turn=0):
+        return build_record("sessions-u2", "agent", slot=lane, sent_at=t0 + start, ttft_s=0.2, total_s=1.0,
+                            concurrency=2, case="sessions", kind="agent-trace", conversation=conversation, copy=0,
+                            agent=agent, turn=turn, prompt_tokens=1000, cached_tokens=900, ideal_cached_tokens=960)
+    return [r(0, 0, "a"), r(2, 0, "a", turn=1), r(0.5, 1, "b"), r(1.6, 1, "b", "s1"), r(1.7, 1, "b", "s2")]

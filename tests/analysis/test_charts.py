@@ -21,7 +21,7 @@ from loadlib.report.charts import PALETTE, Axis, Chart, ChartRun, Series, drawn,
 from loadlib.report.html_data import page_data
 from loadlib.report.html_page import write_page
 from loadlib.run_view import RunView, read_run
-from tests.analysis.builders import extended_run, free_running_records, protocol_run
+from tests.analysis.builders import extended_run, free_running_records, protocol_run, session_records
 from tests.figures.test_sweep import T0, closed, entry
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -100,10 +100,11 @@ def write_run(path: Path, records: list[dict], manifest: dict, scraped: list[dic
 @pytest.fixture(scope="module")
 def every_chart(tmp_path_factory) -> list[Path]:
     """Three run directories: the protocol's cells with cache hits, a free-running cell, a capacity
-    search, the server's scrapes and Locust's CSV history; a sweep without a search or scrapes; a
-    sweep with both."""
+    search, agent sessions, the server's scrapes and Locust's CSV history; a sweep without a search or
+    scrapes; a sweep with both."""
     tmp = tmp_path_factory.mktemp("every-chart")
-    main = write_run(tmp / "main", [with_account(r) for r in extended_run()] + free_running_records() + search_records(),
+    main = write_run(tmp / "main", [with_account(r) for r in extended_run()] + free_running_records() + search_records()
+                     + session_records(),
                      {"search": SEARCH}, scrapes("steady", T0, T0 + 8) + gpu_scrapes("steady", T0, T0 + 8))
     (main / "locust_stats.csv").write_text("Type,Name,Request Count\n,Aggregated,10\n", encoding="utf-8")
     (main / "locust_stats_history.csv").write_text(

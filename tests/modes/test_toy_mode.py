@@ -107,7 +107,7 @@ def package_with_toy_mode(tmp_path_factory) -> Path:
     (root / "loadlib" / "modes" / "countdown.py").write_text(TOY_MODE, encoding="utf-8")
     registry = root / "loadlib" / "modes" / "registry.py"
     text = registry.read_text(encoding="utf-8")
-    line = "MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE)}"
+    line = "MODES: dict[str, LoadMode] = {mode.name: mode for mode in (ROUNDS, CLOSED, OPEN, LADDER, SEARCH, TRACE, SESSIONS)}"
     assert line in text
     registry.write_text(text.replace(line, line + "\nfrom loadlib.modes.countdown import COUNTDOWN; "
                                      "MODES[COUNTDOWN.name] = COUNTDOWN"), encoding="utf-8")

@@ -90,6 +90,23 @@ def test_measured_records_become_histograms_and_counters_by_outcome_reason_and_l
     assert get("uni_locust_ttft_seconds_count", single) == 1 and get("uni_locust_ttfo_seconds_count", single) is None
 
 
+def test_agent_sessions_export_their_ideal_and_achieved_prefix_hit():
+    metrics = RunMetrics(lambda: None)
+    turn = {"cell": "sessions-u2", "case": "sessions", "scenario": "agent"}
+    metrics.observe(record(**turn, prompt_tokens=1000, cached_tokens=600, ideal_cached_tokens=960), "run-a")
+    metrics.observe(record(**turn, prompt_tokens=3000, cached_tokens=2800, ideal_cached_tokens=2880), "run-a")
+    metrics.observe(record(**turn, error="context overflow: 9000 + 10 > 8192", ttft_s=None, prompt_tokens=None,
+                           cached_tokens=None, ideal_cached_tokens=8000), "run-a")  # refused: not in the ratio
+    metrics.observe(record(), "run-a")  # not a session: no ratio
+    get = metrics.registry.get_sample_value
+    labels = {"name": "sessions-u2: agent", "cell": "sessions-u2", "target": "", "run": "run-a"}
+    assert get("uni_locust_session_prefix_hit_ratio", {**labels, "kind": "achieved"}) == pytest.approx(3400 / 4000)
+    assert get("uni_locust_session_prefix_hit_ratio", {**labels, "kind": "ideal"}) == pytest.approx(3840 / 4000)
+    assert get("uni_locust_tokens_total", {**labels, "kind": "ideal_cached"}) == 3840
+    protocol = {"name": "c2-same", "cell": "c2-same", "target": "", "run": "run-a"}
+    assert get("uni_locust_session_prefix_hit_ratio", {**protocol, "kind": "achieved"}) is None
+
+
 def test_failure_reasons_beyond_the_limit_count_as_other():
     metrics = RunMetrics(lambda: None)
     for i in range(MAX_REASONS + 5):
