@@ -20,7 +20,7 @@ from loadlib.report.document import Section
 from loadlib.truth import server_figures
 
 COLUMNS = ["cell", "name", "ok", "detail"]
-WHAT = ("per cell: client headroom; failed requests; completion tokens, requests and requests in flight, client "
+WHAT = ("per cell: client headroom; with workers, their clocks against the master's; failed requests; completion tokens, requests and requests in flight, client "
         "against server; accept length against tok/chunk; in rounds of N streams whether they ran together "
         "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
