@@ -24,6 +24,10 @@ class StreamsWanted:
         self.note = note
         self.edited: int | None = None
         self.edits: list[dict[str, Any]] = []
+        # Locust sets a headless run's spawn rate to 1 after this, where -r was not given: only a rate
+        # given by now, by the web UI's start form (which writes its Ramp up into the options) or by
+        # an Edit is one the user asked for
+        self.rate_given = opts.spawn_rate is not None or not getattr(opts, "headless", True)
 
     def reset(self) -> None:
         """A new test: no edit yet."""
@@ -34,6 +38,7 @@ class StreamsWanted:
         self.edited = users
         if spawn_rate is not None:
             self.opts.spawn_rate = spawn_rate
+            self.rate_given = True
         self.edits.append({"at": time.time(), "users": users})
         self.note("edits", self.edits)
         log.info("Edit: the closed loop now runs %d streams", users)
@@ -41,7 +46,8 @@ class StreamsWanted:
     def rate(self, users: int) -> float:
         """Users started per second as the options stand: `-r`, the web UI start form's Ramp up or
         its Edit (Locust and `edit` keep each in the options); without any, all `users` at once."""
-        return self.opts.spawn_rate or float(max(users, 1))  # Locust wants a rate > 0
+        given = self.opts.spawn_rate if self.rate_given else None
+        return given or float(max(users, 1))  # Locust wants a rate > 0
 
 
 class ShapedRun(Protocol):

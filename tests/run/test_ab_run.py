@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from loadlib.records import read_records
+from tests.readme_samples import headings, missing_lines, sample_after
 from tests.conftest import RUN_TO_RUN_PCT, SLOWER_BY_1_08_PCT, TINY_SEARCH, run_locust, run_locust_together
 
 ROUNDS_AB = """
@@ -109,6 +110,7 @@ def test_the_summary_ends_with_the_same_verdicts_as_the_report(rounds_ab):
             f"{slower['ci_low_pct']:+.1f} to {slower['ci_high_pct']:+.1f} %, n 5/5)") in verdicts
     assert "targets A http://127.0.0.1:" in summary.splitlines()[0]
     assert "[B http://127.0.0.1:" in summary and "Verdicts against A" in result.stdout
+    assert missing_lines(headings(sample_after("--profile profiles/ab-sim.toml")), summary) == []  # the README's
 
 
 @pytest.mark.processes

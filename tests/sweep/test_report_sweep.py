@@ -10,6 +10,7 @@ from loadlib.report.contents import sweep_of
 from loadlib.report.document import Document
 from loadlib.report.sweep import sweep_plot
 from loadlib.run_view import RunView
+from tests.readme_samples import headings, missing_lines, sample_after
 from tests.figures.test_sweep import closed, configs, entry
 
 MANIFEST = {"sweep": [entry("draft=4,mrr=2", draft=4, mrr=2), entry("draft=8,mrr=2", draft=8, mrr=2),
@@ -28,6 +29,7 @@ def test_the_summary_shows_one_row_per_configuration_and_why_one_did_not_serve()
                                 "t/s", "TTFT", "p50", "s", "TTFT", "p90", "s", "SLO", "met", "tok/chunk"]
     assert table[2].split()[:5] == ["draft=4,mrr=2", "ok", "20", "0", "100.0"]
     assert table[4].split()[:4] == ["draft=16,mrr=2", "exited", "0", "0"]
+    assert missing_lines(headings(sample_after("--profile profiles/sweep-sim.toml")), out) == []  # the README's
     assert "draft=16,mrr=2   exited   loading | ValueError: block 16 > 8" in out
     assert "capacity" not in table[1] and "accept len" not in table[1]  # no search, no scrapes
 
