@@ -48,7 +48,7 @@ seed = 1
 max_tokens = {max_tokens}
 [load]
 {load}
-[scenarios.distinct-issues]
+{scenarios}
 [slo]
 ttft_s = 60.0
 """
@@ -84,7 +84,8 @@ def distributed_run(mode: str, streams: int, rate: float, workers: int, seconds:
     work = Path(tempfile.mkdtemp(prefix="master-capacity-"))
     load = LOADS[mode].format(seconds=seconds, third=seconds / 3, quarter=max(streams // 4, 1),
                               half=max(streams // 2, 1), streams=streams, rate=rate)
-    (work / "p.toml").write_text(PROFILE.format(max_tokens=max_tokens, load=load))
+    scenarios = "" if mode == "trace" else "[scenarios.distinct-issues]"  # a trace brings its own prompts
+    (work / "p.toml").write_text(PROFILE.format(max_tokens=max_tokens, load=load, scenarios=scenarios))
     (work / "trace.jsonl").write_text("".join(
         f'{{"timestamp_s": {i / rate:.4f}, "input_tokens": 600, "output_tokens": {max_tokens}}}\n'
         for i in range(int(seconds * rate))))

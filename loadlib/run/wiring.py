@@ -165,7 +165,7 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
     """A worker: each test's configuration, the mode's announcements and the rounds' assignments
     come from the master; its records and self-watch figures (with its pid) go back. Its clock's
     offset to the master's is measured from its start, again at each test's start and end, and
-    every few seconds (`loadlib.run.clock_sync`)."""
+    every 30 s (`loadlib.run.clock_sync`)."""
     attach(environment, run)
     worker_clock = WorkerClock(runner)
     worker_clock.start()
