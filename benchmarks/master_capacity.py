@@ -51,6 +51,7 @@ max_tokens = {max_tokens}
 {scenarios}
 [slo]
 ttft_s = 60.0
+ttft_p = 90
 """
 
 
