@@ -5,6 +5,10 @@
   panorama RUN_DIR ...             configuration x (same, different) per concurrency, scaling
   plot RUN_DIR ... --out DIR       PNG charts
   html RUN_DIR ... --out FILE      one self-contained report.html: one run, or several side by side
+  export RUN_DIR --format F        other tools' formats, one file per cell: vllm (vllm bench serve's
+                                   result JSON), llmd (llm-d's Benchmark Report 0.2.1)
+
+compare (and report) also read a `vllm bench serve` result JSON in place of a run directory.
 
 Bad input ends with one line naming it and exit code 2, never a traceback.
 """
@@ -21,7 +25,7 @@ from analysis.compare import compare
 from analysis.panorama import panorama
 from analysis.report import run_report
 from loadlib.figures.goodput import DEFAULT_SLO
-from loadlib.outputs import TABLE_FORMATS, Reading, output
+from loadlib.outputs import EXPORT_FORMATS, TABLE_FORMATS, Reading, output
 from loadlib.run_view import RunDirError, read_runs
 
 USAGE_ERROR = 2
@@ -31,6 +35,10 @@ DOCUMENTS = {"report": run_report, "compare": compare, "panorama": panorama}  # 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "export" and args.format not in EXPORT_FORMATS:
+        print(f"python -m analysis export: unknown --format {args.format!r} (one of: {', '.join(EXPORT_FORMATS)})",
+              file=sys.stderr)
+        return USAGE_ERROR
     labels = args.labels.split(",") if getattr(args, "labels", None) else []
     if labels and len(labels) != len(args.run_dirs):
         parser.error(f"--labels names {len(labels)} runs but {len(args.run_dirs)} were given")
@@ -44,15 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         make = DOCUMENTS[args.command]
         print(output(args.format).render(Reading(views, lambda: make(views))))
         return 0
-    if args.command == "html":
-        empty = next((view for view in views if view.records.empty), None)
-        if empty is not None:  # a page of no request is bad input
-            print(f"python -m analysis html: {empty.path}: no measured request in the run", file=sys.stderr)
-            return USAGE_ERROR
+    if args.command == "export" and views[0].path is None:  # a vLLM result: there is nothing to export
+        print(f"python -m analysis export: {args.run_dirs[0]}: not a run directory", file=sys.stderr)
+        return USAGE_ERROR
+    empty = next((given for given, view in zip(args.run_dirs, views) if view.records.empty), None)
+    if empty is not None and args.command in ("html", "export"):  # a page or an export of no request is bad input
+        print(f"python -m analysis {args.command}: {empty}: no measured request in the run", file=sys.stderr)
+        return USAGE_ERROR
+    name = args.format if args.command == "export" else {"html": "html", "plot": "png"}[args.command]
+    out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "exports" / args.format  # only export has no --out
     try:
-        print(output({"html": "html", "plot": "png"}[args.command]).render(Reading(views, out=Path(args.out))))
+        print(output(name).render(Reading(views, out=out)))
     except OSError as exc:
-        print(f"python -m analysis {args.command}: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"python -m analysis {args.command}: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return USAGE_ERROR
     return 0
 
@@ -81,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     page.add_argument("--labels", help="comma-separated names, one per run (default: directory names)")
     page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
     _add_slo(page)
+    export = commands.add_parser("export", help="other tools' formats, one file per cell")
+    export.add_argument("run_dirs", metavar="RUN_DIR", nargs=1)
+    export.add_argument("--format", required=True, metavar="|".join(EXPORT_FORMATS),
+                        help="; ".join(f"{name}: {output(name).HELP}" for name in EXPORT_FORMATS))
+    export.add_argument("--out", default=None, metavar="DIR",
+                        help="the folder for the files (default: RUN_DIR/exports/FORMAT)")
     return parser
 
 

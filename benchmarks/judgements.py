@@ -50,7 +50,7 @@ STARVED = REPO / "benchmarks" / "starved_client.py"
 RUN = "(run)"  # the pseudo-cell of the run-level judgements
 
 CHECKS = ("client_headroom", "tokens", "requests", "in_flight", "ttft", "littles_law", "cache_state", "accept_length",
-          "overlap", "cut_short", "capacity")  # the matrix's rows, in this order (any other check follows)
+          "spec_account", "overlap", "cut_short", "capacity")  # the matrix's rows, in this order (any other check follows)
 
 # --- the cases' loads ----------------------------------------------------------------------------
 
@@ -256,7 +256,8 @@ CASES = {case.name: case for case in (
          locustfile=STARVED, fire=frozenset({"client_headroom"}), may=frozenset({"in_flight", "ttft"}), quick=True),
     Case("other-client", "another client keeps 2 requests in flight at the same server",
          sim=("--max-running-requests", "8"), meddle=another_client,
-         fire=frozenset({"requests", "tokens"}), may=frozenset({"accept_length", "in_flight"}), quick=True),
+         fire=frozenset({"requests", "tokens", "spec_account"}), may=frozenset({"accept_length", "in_flight"}),
+         quick=True),
     Case("server-killed", "the server is killed (SIGKILL) after the run's 6th record",
          ("--rounds", "2", "--scenarios", "code,en_tech,cn_chat,cn_essay", "--concurrency", "2,4", "-u", "4"),
          meddle=kill_midway, fire=frozenset({"cut_short"}), where=lambda cell, load: True if cell == RUN else None),

@@ -14,7 +14,8 @@ A run of several servers (an A/B run's targets, a sweep's configurations) is spl
 its unmeasured ones, the manifest with its own `target` and `server` entries, and its server-side
 files in `targets/<label>/`; so every figure, check and verdict of a server is the one two
 separate runs would give, and the page, the summary and `report --json` cannot disagree. A sweep
-pairs each configuration of its manifest with its server's view (`configs`).
+pairs each configuration of its manifest with its server's view (`configs`). A `vllm bench serve`
+result JSON reads as a run too (`loadlib.outputs.vllm.read_result`).
 
 Reading is strict where the input is wrong: a missing journal, a line in it that is not a record
 (not JSON, torn in the middle, without what a record measured, of the wrong types) or an
@@ -35,24 +36,27 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, T
 import pandas as pd
 
 from loadlib.figures import free_running, protocol_tables
+from loadlib.figures.acceptance import position_table
+from loadlib.figures.energy import energy_table
+from loadlib.figures.series import SERVER_NAMES
 from loadlib.figures.goodput import Slo, goodput_slo
 from loadlib.figures.sweep import ConfigRun, config_runs, sweep_table
 from loadlib.record_table import JournalError, read_journal, split_records
 from loadlib.records import MANIFEST_FILE, read_records, target_dir
-from loadlib.report.html_server import NAMES as SERVER_SERIES_NAMES
 from loadlib.report.locust_csv import LocustCsv, read_locust_csv
 from loadlib.truth import energy, server_figures
 from loadlib.truth.scrape import read_scrapes
 
 if TYPE_CHECKING:
+    from loadlib.figures.headline import PublishedFigures
     from loadlib.figures.validity import Check
     from loadlib.report.document import Section
 
 T = TypeVar("T")
 
 # Every sample a figure reads of the scrapes: the server view and the validity checks, the GPUs'
-# energy, report.html's server timeline. Each reads its own by name from the one parse.
-SCRAPE_NAMES = server_figures.NAMES_READ | energy.NAMES_READ | SERVER_SERIES_NAMES
+# energy, the charts' server timeline. Each reads its own by name from the one parse.
+SCRAPE_NAMES = server_figures.NAMES_READ | energy.NAMES_READ | SERVER_NAMES
 
 
 class RunDirError(Exception):
@@ -69,6 +73,7 @@ class RunView:
     label: str = ""  # its name in every output; default: its directory's
     unmeasured: pd.DataFrame | None = None  # warm-up, priming, calibration: the server counted them too
     goodput: Slo | None = None  # goodput targets asked for; None: the profile's, else the defaults
+    published: PublishedFigures | None = None  # figures another tool gave without their samples
     _memo: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -131,7 +136,22 @@ class RunView:
         from loadlib.report.validity import run_checks
 
         return run_checks(self.scrapes, self.records, self.manifest, self.steady_cells, self.unmeasured,
-                          self.tables.concurrent)
+                          self.tables.concurrent, self.spec_counters)
+
+    @cached_property
+    def spec_counters(self) -> list[server_figures.SpecCounters]:
+        """The server's speculative-decoding counters per cell (`server_figures.spec_counters`)."""
+        return server_figures.spec_counters(self.scrapes)
+
+    @cached_property
+    def positions(self) -> pd.DataFrame:
+        """Speculative acceptance by draft position per cell (`loadlib.figures.acceptance.position_table`)."""
+        return position_table(self.records, self.spec_counters)
+
+    @cached_property
+    def energy(self) -> pd.DataFrame:
+        """Each GPU's energy per cell (`loadlib.figures.energy.energy_table`); no rows without a GPU meter."""
+        return energy_table(self.scrapes, self.records)
 
     # --- a run of several servers, split once ------------------------------------------------------
 
@@ -204,8 +224,13 @@ def read_run(run_dir: str | Path, label: str | None = None, *, slo_ttft_s: float
              slo_decode_tps: float | None = None, lenient: bool = False, keep_copy: bool = False) -> RunView:
     """Reads a run directory (see the module's doc); the label defaults to the directory's name.
     Goodput targets not given are the run profile's, else the defaults (`goodput_slo`). `keep_copy`
-    writes the journal's columnar copy where it has none (the run's end does)."""
+    writes the journal's columnar copy where it has none (the run's end does). A file is read as a
+    `vllm bench serve` result (`loadlib.outputs.vllm.read_result`)."""
     path = Path(run_dir)
+    if path.is_file():
+        from loadlib.outputs.vllm import read_result
+
+        return read_result(path, label, goodput_slo({}, slo_ttft_s, slo_decode_tps))
     if lenient:
         records, unmeasured = split_records(read_records(path))
     else:

@@ -34,7 +34,9 @@ a draft model, EAGLE; a block drafter such as DFLASH drafts otherwise at another
 estimates acceptance, not speed: a shorter draft also costs less to make and to verify. At the
 draft length the server ran (n = N) it is the accept length measured.
 
-A run whose server sent no account (and no per-position counter) gives empty tables.
+A run whose server sent no account (and no per-position counter) gives empty tables. Whether the
+requests' account adds up to the server's counters over each cell is a validity check
+(`loadlib.figures.validity.spec_account_agrees`).
 """
 
 from __future__ import annotations
@@ -45,25 +47,17 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
+from loadlib.figures.formulas import accept_length
 from loadlib.figures.columns import distinct
 from loadlib.truth.server_figures import SpecCounters, cell_records, cell_scenario
-from loadlib.wire.flavours import LLAMACPP
 
 ACCEPT_COLUMNS = ["requests", "verify_steps", "accepted_tokens", "draft_tokens", "accept_length",
                   "draft_acceptance", "client_tok_per_chunk", "verify_steps_per_s", "decode_tps",
                   "client_decode_tps"]
 POSITION_COLUMNS = ["cell", "scenario", "basis", "source", "verify_steps", "position", "accepted_share",
                     "expected_tokens"]
+CURVE_COLUMNS = ["cell", "scenario", "basis", "source", "verify_steps", "accepted_share", "expected_tokens"]
 COUNTERS, HISTOGRAMS = "counters", "per-request histograms"
-AGREEMENT = 0.02  # how far the requests' summed account may be from the counters' change over a cell
-
-
-def accept_length(verify_steps: Any, accepted_tokens: Any) -> Any:
-    """Tokens per verify step: (accepted drafts + verify steps) / verify steps (NaN without steps)."""
-    steps = np.asarray(verify_steps, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        length = (np.asarray(accepted_tokens, dtype=float) + steps) / steps
-    return np.where(steps > 0, length, np.nan)[()]
 
 
 def accounted(records: pd.DataFrame) -> pd.DataFrame:
@@ -161,40 +155,30 @@ def position_table(records: pd.DataFrame, counters: Iterable[SpecCounters] = ())
     return pd.DataFrame(rows, columns=POSITION_COLUMNS)
 
 
+def curves(positions: pd.DataFrame) -> pd.DataFrame:
+    """`position_table` with one row per curve (cell, scenario, basis, source), its p_k and its
+    expected tokens per verify step as lists in position order (k = 1..N)."""
+    keys = ["cell", "scenario", "basis", "source"]
+    rows = [{**dict(zip(keys, key)), "verify_steps": float(group["verify_steps"].iat[0]),
+             "accepted_share": group["accepted_share"].tolist(), "expected_tokens": group["expected_tokens"].tolist()}
+            for key, group in positions.groupby(keys, sort=False)]
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+
+
+def pooled_expected_tokens(positions: pd.DataFrame) -> list[float]:
+    """The expected tokens per verify step at draft lengths 1..N over every curve of a run (a
+    sweep's configuration): each p_k the curves' weighted by their verify steps, a curve without
+    position k counting 0 there (its draft was shorter)."""
+    if positions.empty:
+        return []
+    steps = positions.drop_duplicates(["cell", "scenario", "basis", "source"])["verify_steps"].sum()
+    if not steps:
+        return []
+    weighted = (positions["accepted_share"] * positions["verify_steps"]).groupby(positions["position"]).sum()
+    return expected_tokens((weighted.sort_index() / steps).tolist())
+
+
 def _curve(cell: str, scenario: str, basis: str, source: str, steps: float, shares: list[float]) -> list[dict]:
     return [{"cell": cell, "scenario": scenario, "basis": basis, "source": source, "verify_steps": float(steps),
              "position": k, "accepted_share": share, "expected_tokens": expected}
             for k, (share, expected) in enumerate(zip(shares, expected_tokens(shares)), start=1)]
-
-
-# --- the requests' account against the counters --------------------------------------------
-
-def agrees_with_counters(records: pd.DataFrame, counters: SpecCounters,
-                         tolerance: float = AGREEMENT) -> tuple[bool | None, str]:
-    """(ok, detail): the verify steps and accepted drafts the requests of a cell report, summed,
-    against the change of the server's counters over the same cell (`records`: the requests the
-    counters saw, e.g. `cell_records` of its span), each within `tolerance`. llama-server sends no
-    verify steps: the reader counts its target passes (`loadlib.wire.sse.spec_account`), and a
-    request's last pass has no draft when a single token is left, so there the requests may count
-    up to one step per request more than the counter. ok is None where they cannot be compared: no
-    request carries an account, or the server has no such counter."""
-    reported = records[records["spec_verify_steps"].notna()]
-    if reported.empty:
-        return None, "no request carries the server's account of speculative decoding"
-    undrafted = len(reported) if counters.flavour == LLAMACPP.name else 0
-    pairs = [(name, float(reported[column].sum()), counted, slack) for name, column, counted, slack in (
-        ("verify steps", "spec_verify_steps", counters.verify_steps, undrafted),
-        ("accepted drafts", "spec_accepted_tokens", counters.accepted_tokens, 0)) if counted is not None]
-    if not pairs:
-        return None, f"the server ({counters.flavour}) has no counter of verify steps or accepted drafts"
-    off = [(name, summed, counted) for name, summed, counted, slack in pairs
-           if not -tolerance * max(counted, 1.0) <= summed - counted <= tolerance * max(counted, 1.0) + slack]
-    said = "; ".join(f"{name}: requests {summed:,.0f}, counters {counted:,.0f} ({_relative(summed, counted)})"
-                     for name, summed, counted in (off or [pair[:3] for pair in pairs]))
-    if off:
-        return False, f"the requests' account and the server's counters disagree: {said}"
-    return True, f"the requests' account agrees with the server's counters: {said}"
-
-
-def _relative(summed: float, counted: float) -> str:
-    return f"{summed / counted - 1:+.1%}" if counted else "no count"

@@ -8,6 +8,7 @@ of the whole GPU, whatever else ran on it, as the server's counters count whoeve
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import pandas as pd
@@ -55,3 +56,23 @@ def joules_per_token(joules: float | None, completion_tokens: float) -> float | 
 
 def tokens_per_joule(completion_tokens: float, joules: float | None) -> float | None:
     return completion_tokens / joules if joules else None
+
+
+def pooled(table: pd.DataFrame) -> dict[str, float]:
+    """Completion tokens per joule and joules per token over every cell of an `energy_table`, all
+    GPUs together (each cell's "all" row where several GPUs were read, else its one GPU's): Σ tokens
+    / Σ joules over the cells whose joules are known. NaN for both without such a cell."""
+    together = table[table["gpu"] == energy.ALL] if (table["gpu"] == energy.ALL).any() else table
+    known = together[together["joules"].notna()]
+    joules, tokens = float(known["joules"].sum()), float(known["completion_tokens"].sum())
+    if not joules or not tokens:
+        return {"tokens_per_joule": math.nan, "joules_per_token": math.nan}
+    return {"tokens_per_joule": tokens / joules, "joules_per_token": joules / tokens}
+
+
+def json_rows(table: pd.DataFrame, **labels: str) -> list[dict[str, Any]]:
+    """`report --json`'s `"energy"`: per cell and GPU (`gpu` "all" for every GPU summed) its joules,
+    mean and peak watts, J/token and tokens/J, null where unknown; `labels` added to every row (an
+    A/B run's `target`)."""
+    found = table[["cell", "gpu", "joules", "mean_watts", "peak_watts", "joules_per_token", "tokens_per_joule"]]
+    return [{**labels, **row} for row in found.astype(object).where(found.notna(), None).to_dict("records")]

@@ -6,7 +6,7 @@ a pandas Series (the post-processor, a whole run at once).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,16 @@ def tok_per_chunk(completion_tokens: Num, chunks: Num) -> Num:
     Not the server's verify-step accept length; never report the two as one figure.
     """
     return completion_tokens / chunks
+
+
+def accept_length(verify_steps: Any, accepted_tokens: Any) -> Any:
+    """Tokens per verify step of the server's account of speculative decoding: (accepted drafts +
+    verify steps) / verify steps (NaN without steps): each step keeps its accepted drafts and adds
+    one token of its own. Not the client's tok/chunk."""
+    steps = np.asarray(verify_steps, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        length = (np.asarray(accepted_tokens, dtype=float) + steps) / steps
+    return np.where(steps > 0, length, np.nan)[()]
 
 
 def end_to_end_tps(completion_tokens: Num, total_s: Num) -> Num:

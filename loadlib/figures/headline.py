@@ -9,6 +9,8 @@ rate, "lower" for a time, None where neither is (tok/chunk: how the stream is cu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -20,6 +22,15 @@ from loadlib.scenarios.base import SINGLE
 FIGURE_COLUMNS = ["figure", "value", "low", "high", "n", "misleads", "better"]
 HIGHER, LOWER = "higher", "lower"  # which way a figure is better
 PROTOCOL_AGGREGATE, WINDOW_AGGREGATE = "{} aggregate t/s (protocol)", "{} aggregate t/s (window)"
+
+
+@dataclass(frozen=True)
+class PublishedFigures:
+    """Headline figures another tool published without the samples they came from (a vLLM result
+    without its per-request arrays): shown beside the others, with no interval and no verdict."""
+
+    figures: pd.DataFrame  # FIGURE_COLUMNS, low and high missing
+    source: str  # what they are, in the words that say why they have no interval
 
 
 def headline_figures(df: pd.DataFrame, slo: Slo, tables: ProtocolTables | None = None,

@@ -13,6 +13,12 @@ computed by the function the report already uses for it:
   table's attainment, pooled over the cells by their requests);
 - accept length: the client's tok/chunk (`server_figures.client_tok_per_chunk`, stream-chunk
   basis) and, where the server's /metrics were scraped, its own accept length per verify step;
+  where the server gave its acceptance by draft position, the expected tokens per verify step at
+  draft lengths 1..N over the configuration's cells (`acceptance.pooled_expected_tokens`: an
+  estimate of acceptance at shorter drafts, not of speed), so that a sweep over draft tokens can be
+  read against it;
+- energy, where the GPUs were read (`--gpu-power`): completion tokens per joule and joules per
+  token over its cells, every GPU together (`energy.pooled`);
 - warnings: the known performance warnings in its server's log (`loadlib.sweep.known_warnings`,
   read by the sweep into its entry).
 
@@ -31,7 +37,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from loadlib.figures import free_running, protocol_tables
+from loadlib.figures import acceptance, energy, free_running, protocol_tables
 from loadlib.figures.capacity import level_table
 from loadlib.figures.uncertainty import percentile_uncertainty
 from loadlib.record_table import records_frame
@@ -41,19 +47,23 @@ from loadlib.truth import server_figures
 SWEEP_COLUMNS = ["label", "config", "status", "n", "failed", "capacity", "capacity_variable", "capacity_rps",
                  "decode_p50_tps", "decode_p50_ci_low", "decode_p50_ci_high", "steady_decode_tps",
                  "ttft_p50_s", "ttft_p50_ci_low", "ttft_p50_ci_high", "ttft_p90_s", "ttft_p90_ci_low",
-                 "ttft_p90_ci_high", "slo_met", "tok_per_chunk", "accept_length", "warnings", "log_tail"]
+                 "ttft_p90_ci_high", "slo_met", "tok_per_chunk", "accept_length", "expected_tokens", "tokens_per_joule",
+                 "joules_per_token", "warnings", "log_tail"]
 FIGURES = SWEEP_COLUMNS[5:-2]  # NaN where a configuration has none
 
 
 class Measured(Protocol):
     """What a configuration's server measured, as its view holds it (`loadlib.run_view.RunView`):
     its records, their steady-state table against the sweep's SLO and the cells' steady windows, and
-    its server's parsed scrapes (none without)."""
+    its server's parsed scrapes (none without), its speculative-decoding counters per cell and its
+    GPUs' energy per cell (no rows without a GPU meter)."""
 
     records: pd.DataFrame
     steady: pd.DataFrame
     steady_cells: list[free_running.SteadyCell]
     scrapes: list[dict[str, Any]]
+    spec_counters: list[server_figures.SpecCounters]
+    energy: pd.DataFrame
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,9 @@ def config_figures(run: ConfigRun) -> dict[str, Any]:
     tok_per_chunk = server_figures.client_tok_per_chunk(df)
     figures["tok_per_chunk"] = math.nan if tok_per_chunk is None else tok_per_chunk
     figures["accept_length"] = server_accept_length(measured.scrapes, df)
+    expected = acceptance.pooled_expected_tokens(acceptance.position_table(df, measured.spec_counters))
+    figures["expected_tokens"] = expected or math.nan
+    figures.update(energy.pooled(measured.energy))
     return figures
 
 

@@ -22,6 +22,10 @@ failed, or not made (and then why not).
   against the state the cell meant (`cache_intended`).
 - `accept_length`: the client's tok/chunk against the server's accept length, as the server view
   compares them (`loadlib.truth.server_figures.diverges`).
+- `spec_account`: the verify steps and accepted drafts the requests' own account of speculative
+  decoding reports (`spec_verify_steps`, `spec_accepted_tokens`), summed over the cell's span,
+  against the change of the server's counters of them (`server_figures.SpecCounters`), within
+  `TOKEN_LIMIT`: the per-request figures (accept length by scenario, by draft position) rest on it.
 
 The server's counters count whatever ended (or, for a server that counts tokens as they are made,
 whatever was generated) between the cell's start and end scrapes, so the client's side is taken
@@ -51,8 +55,8 @@ from loadlib.figures.free_running import SteadyCell, steady_requests
 from loadlib.figures.protocol_tables import MISLEAD_LIMIT, concurrency_table
 from loadlib.figures.scenario_tables import cache_state_table
 from loadlib.truth import server_figures
-from loadlib.truth.server_figures import ServerCell
-from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS
+from loadlib.truth.server_figures import ServerCell, SpecCounters
+from loadlib.wire.flavours import EFFECTIVE_MAX_RUNNING, FLAVOURS, LLAMACPP
 
 TOKEN_LIMIT = 0.02  # client and server counts of tokens and requests may differ by this share
 LITTLE_MIN_REQUESTS = 20  # fewer requests in the steady window: its edges weigh too much to judge
@@ -71,7 +75,7 @@ TTFT_LIMIT = 0.1
 TTFT_SLACK_S = 0.05
 # What the client's side of the counts needs of every request sent (`tokens_agree`, ...)
 SENT_COLUMNS = ["cell", "sent_at", "first_token_at", "last_token_at", "end_at", "ok", "completion_tokens",
-                "max_tokens"]
+                "max_tokens", "spec_verify_steps", "spec_accepted_tokens"]
 EDGE_S = 0.25  # the most a request's end (as the client reads it) may trail its end on the server
 # A worker's clock, corrected to the master's, may be off by this much: it moves a round's wall-clock
 # window (streams on several workers) by 1 % of a 1-second round, a tenth of the MISLEAD_LIMIT the
@@ -88,6 +92,7 @@ CHECKS = {  # name (the JSON's) -> what it compares, in words
     "littles_law": "Little's law",
     "cache_state": "cache state (intended against met)",
     "accept_length": "accept length (against tok/chunk)",
+    "spec_account": "speculative decoding, the requests' account against the server's counters",
     "overlap": "the protocol's aggregate (streams decoding together)",
     "failed_requests": "failed requests",
 }
@@ -108,14 +113,16 @@ class Check:
 
 def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequence[ServerCell],
                     server_absent: str | None, steady_cells: Iterable[SteadyCell] = (),
-                    unmeasured: pd.DataFrame | None = None, concurrent: pd.DataFrame | None = None) -> list[Check]:
+                    unmeasured: pd.DataFrame | None = None, concurrent: pd.DataFrame | None = None,
+                    spec: Sequence[SpecCounters] = ()) -> list[Check]:
     """Every check of every measured cell (the records frame `df`), cells in the records' order.
 
     `servers` are the server's per-cell figures (`server_figures.server_cells`), `server_absent`
     why there are none at all (`server_absence`), `steady_cells` the free-running cells
     (`free_running.steady_cells`) for Little's law, `unmeasured` the run's unmeasured requests as
     a records frame (`records_frame` of them, marked measured), which the server counted too,
-    `concurrent` the run's `concurrency_table` (made from `df` when not given) for `overlap`.
+    `concurrent` the run's `concurrency_table` (made from `df` when not given) for `overlap`,
+    `spec` the server's speculative-decoding counters per cell (`server_figures.spec_counters`).
     """
     sent = df if unmeasured is None or unmeasured.empty else pd.concat(
         [df[SENT_COLUMNS], unmeasured[SENT_COLUMNS]], ignore_index=True)
@@ -130,6 +137,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
     rounds = (concurrency_table(df) if concurrent is None else concurrent).set_index("cell")
     failed = _failed_by_cell(df)
     whole_run = _spans(server_figures.WHOLE_RUN, servers)  # a run whose cells no scrape framed
+    counted = {(c.source, c.span.index): c for c in spec}
 
     def server_checks(cell: str, spans: list[list[ServerCell]]) -> list[Check]:
         found = []
@@ -141,6 +149,9 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
                       Check(cell, "in_flight", *in_flight_agrees(sent, sources, interval_s, flight, refresh, launch)),
                       Check(cell, "ttft", *ttft_agrees(sent, sources)),
                       Check(cell, "accept_length", *accept_length_agrees(df, sources))]
+            account = [counted[key] for key in ((s.source, s.span.index) for s in sources) if key in counted]
+            if account:
+                found.append(Check(cell, "spec_account", *spec_account_agrees(sent, account)))
         return found
 
     checks = []
@@ -394,6 +405,50 @@ def accept_length_agrees(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Ver
     unmade = [v for v in verdicts if v[0] is None]
     ok = False if failed else None if unmade else True
     return ok, "; ".join(detail for _, detail in failed or unmade or verdicts)
+
+
+def spec_account_agrees(df: pd.DataFrame, sources: Sequence[SpecCounters]) -> Verdict:
+    """The verify steps and accepted drafts of the requests' own account, summed over the span of
+    each source's counters, against the counters' change over it, within `TOKEN_LIMIT`. Over the
+    span the requests' side is a range (`_sides`, as for a server that counts as it goes): those
+    sent after the start scrape and ended before the end scrape count whole; one at an edge, or a
+    request without an account (a failed one, one that drafted nothing), from none of its steps to
+    all of them (a step makes a token at least: its completion tokens, else its `max_tokens`).
+    llama-server sends no verify steps: the reader counts its target passes
+    (`loadlib.wire.sse.spec_account`), and a request's last pass has no draft when a single token
+    is left, so its counter of drafts may count one a request fewer. Not made where no request
+    of the span carries an account, or the server keeps neither counter."""
+    verdicts = []
+    for source in sources:
+        who = "" if len(sources) == 1 else f"{source.source}: "
+        sure, either, ended = _sides(df, source.span, each_step=True)
+        accounted = df["spec_verify_steps"].notna().to_numpy() & df["spec_accepted_tokens"].notna().to_numpy()
+        pairs = [(what, column, count) for what, column, count in (
+            ("verify steps", "spec_verify_steps", source.verify_steps),
+            ("accepted drafts", "spec_accepted_tokens", source.accepted_tokens)) if count is not None]
+        if not (accounted & (sure | either)).any():
+            verdicts.append((None, who + "no request of the cell carries the server's account of speculative decoding"))
+        elif not pairs:
+            verdicts.append((None, f"{who}the server ({source.flavour}) counts neither verify steps nor accepted drafts"))
+        else:
+            comp = df["completion_tokens"].to_numpy(dtype=float)
+            most = np.where(np.isnan(comp), df["max_tokens"].to_numpy(dtype=float), comp)
+            unknown = (sure | either) & ~accounted
+            undrafted = float((accounted & sure).sum()) if source.flavour == LLAMACPP.name else 0.0
+            found = []
+            for what, column, count in pairs:
+                own = np.nan_to_num(df[column].to_numpy(dtype=float))
+                low = float(own[sure & accounted].sum())
+                high = low + float(own[either & accounted].sum()) + float(np.nan_to_num(most[unknown], nan=np.inf).sum())
+                estimate = float(own[(sure | (either & ended)) & accounted].sum())
+                slack = undrafted if what == "verify steps" else 0.0
+                found.append(_agree(count, max(low - slack, 0.0), high, estimate, int((either | unknown).sum()),
+                                    f"{what} by the requests' account"))
+            ok = False if any(v[0] is False for v in found) else True
+            verdicts.append((ok, who + "; ".join(detail for v_ok, detail in found if v_ok is ok)))
+    failed = [v for v in verdicts if v[0] is False]
+    unmade = [v for v in verdicts if v[0] is None]
+    return (False if failed else None if unmade else True), "; ".join(d for _, d in failed or unmade or verdicts)
 
 
 def overlap(row: Any) -> Verdict:

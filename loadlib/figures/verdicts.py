@@ -15,6 +15,17 @@ not), so that the figure is a statistic of its units:
   ratios of those means, the second against the single-stream code requests' decode;
 - a cell's TTFT p50/p99: its successful requests, pooled; in a rounds cell resampled by round
   (a round's streams together, and the single stream's scenarios in their proportions);
+- the server's accept length of a scenario (its account of speculative decoding, tokens per
+  verify step): its requests that carry the account, in send order, each a unit of (accepted
+  drafts + verify steps, verify steps), the figure the ratio of their sums; resampled in blocks
+  (`bootstrap.block_length` of the requests' own accept lengths), as a prompt repeats round after
+  round;
+- a cell's tokens per joule (`--gpu-power`): the cell's time cut into units of (completion tokens
+  made in it, joules of every GPU), the tokens of each successful request spread evenly from its
+  first token to its end, the joules read off the GPU meter's scrapes (`truth.energy.energy_steps`,
+  a straight line between two): in rounds, one unit a round (from its start to the next one's),
+  independent; otherwise the stretches between the scrapes, a time series resampled in blocks. The
+  units span the cell's start and end scrapes, so that the figure is the energy table's;
 - a free-running cell (closed, ladder, open, trace, search, a locustfile's own users): a time
   series. TTFT: its requests in send order. Steady decode t/s and goodput: the steady window cut
   into equal time bins (`MAX_BINS` at most, no more than the window's requests), each bin's
@@ -59,6 +70,7 @@ from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
 from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
 from loadlib.figures.uncertainty import LEVEL, samples_needed
+from loadlib.truth import energy, server_figures
 from loadlib.scenarios.base import SINGLE
 
 SEED = 24  # one seed for every interval: the same runs always give the same output
@@ -281,11 +293,60 @@ def verdicts_table(a: dict[str, FigureSample], b: dict[str, FigureSample], **opt
 
 # --- the samples of the headline figures -----------------------------------------------------------
 
-def headline_samples(df: pd.DataFrame, slo: Slo) -> dict[str, FigureSample]:
+def headline_samples(df: pd.DataFrame, slo: Slo, scrapes: Sequence[dict] = ()) -> dict[str, FigureSample]:
     """Each headline figure's sample (see the module's doc), by the figure's name in
-    `headline_figures`; `slo` sets goodput's targets. Figures without units are left out."""
-    found = [*_single_samples(df), *_concurrent_samples(df), *_steady_samples(df, slo), *_ttft_samples(df)]
+    `headline_figures`, then the server's accept length per scenario and, from the run's parsed
+    scrapes, each cell's tokens per joule; `slo` sets goodput's targets. Figures without units are
+    left out."""
+    found = [*_single_samples(df), *_concurrent_samples(df), *_steady_samples(df, slo), *_ttft_samples(df),
+             *_accept_samples(df), *energy_samples(scrapes, df)]
     return {sample.figure: sample for sample in found}
+
+
+def _accept_samples(df: pd.DataFrame) -> list[FigureSample]:
+    own = df[df["ok"] & df["spec_verify_steps"].notna() & df["spec_accepted_tokens"].notna()
+             & (df["spec_verify_steps"] > 0)].sort_values("sent_at", kind="stable")
+    found = []
+    for scenario, group in own.groupby("scenario", sort=False, observed=True):
+        steps = group["spec_verify_steps"].to_numpy(dtype="float64")
+        tokens = group["spec_accepted_tokens"].to_numpy(dtype="float64") + steps
+        found.append(FigureSample(f"{scenario} accept length (server)", "per scenario", Sample.of(
+            np.column_stack([tokens, steps]), ratio_of_means(), block_length(tokens / steps))))
+    return found
+
+
+def energy_samples(scrapes: Sequence[dict], df: pd.DataFrame) -> list[FigureSample]:
+    """Each measured cell's tokens per joule (named as the energy table names its row: "single
+    code tokens/J", "c2-same tokens/J") as a sample of the cell's time cut into units (see the
+    module's doc); none without a GPU meter."""
+    ok = df[df["ok"] & df["completion_tokens"].notna()]
+    found = []
+    for span, steps in energy.energy_steps(scrapes).items():
+        own = server_figures.cell_records(ok, span)
+        if own.empty or not steps:
+            continue
+        # the cumulative joules of every GPU at each scrape of the cell, read between them as a line
+        at = np.array([steps[0][0], *(t1 for _t0, t1, _joules in steps)])
+        joules = np.concatenate([[0.0], np.cumsum([j for _t0, _t1, j in steps])])
+        rounds = own["round"].to_numpy()
+        if own["case"].iat[0] in (SINGLE, *CONCURRENT_CASES) and len(set(rounds)) > 1:
+            starts = own.groupby("round", sort=True)["sent_at"].min().to_numpy(dtype="float64")
+            edges, block = np.array([at[0], *starts[1:], at[-1]]), 1  # each round to the next one's start
+        else:
+            edges = at
+            block = 0  # a time series: its own block length
+        first = own["first_token_at"].to_numpy(dtype="float64")
+        end = own["end_at"].to_numpy(dtype="float64")
+        first = np.where(np.isnan(first), end, first)
+        comp = own["completion_tokens"].to_numpy(dtype="float64")
+        units = np.array([[float((comp * np.clip((np.minimum(end, t1) - np.maximum(first, t0))
+                                                 / np.maximum(end - first, 1e-9), 0.0, 1.0)).sum()),
+                           float(np.interp(t1, at, joules) - np.interp(t0, at, joules))]
+                          for t0, t1 in zip(edges[:-1], edges[1:])])
+        name = f"{span.cell} {server_figures.cell_scenario(span, own)}".strip()
+        found.append(FigureSample(f"{name} tokens/J", span.cell, Sample.of(
+            units, ratio_of_means(), block or block_length(units[:, 0] / units[:, 1]))))
+    return found
 
 
 def _single_samples(df: pd.DataFrame) -> list[FigureSample]:

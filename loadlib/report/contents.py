@@ -71,8 +71,8 @@ CONTENTS: list[Entry] = [
     Entry(lambda run: server_view.server_sections(run.scrapes, run.records, run.manifest),
           when=lambda run: run.path is not None),
     Entry(lambda run: sections.acceptance_section(acceptance.acceptance_table(run.records))),
-    Entry(lambda run: sections.energy_section(energy.energy_table(run.scrapes, run.records)),
-          when=lambda run: run.path is not None),
+    Entry(lambda run: sections.position_section(acceptance.curves(run.positions))),
+    Entry(lambda run: sections.energy_section(run.energy), when=lambda run: run.path is not None),
     Entry(lambda run: checks_section(run.checks), when=lambda run: run.judged),
     # the report's own, after the summary
     Entry(lambda run: summary.single_details(run.tables), report_only=True),
@@ -99,13 +99,15 @@ def run_sections(run: RunView, report: bool = False) -> tuple[list[Section], dic
     A run of several servers (an A/B run, a sweep): each target's sections as a run of its own has
     them, then a sweep's table and the verdicts of each configuration that served against the
     first, or else the targets' verdicts against the first (the profile's order); with `report`
-    also each target's protocol keys and validity (`"targets"`, `"validity"`)."""
+    also each target's protocol keys and validity (`"targets"`, `"validity"`). With `report`, the
+    GPUs' energy per cell (`"energy"`, `figures.energy.json_rows`; each row with its `target` in a
+    run of several servers)."""
     targets = run.targets
     sweep = sweep_of(run)
     if not targets and sweep is None:
         found: dict[str, Any] = {}
         if report:
-            found |= summary.summary_dict(run.tables)
+            found |= summary.summary_dict(run.tables) | {"energy": energy.json_rows(run.energy)}
             if run.judged:
                 found["validity"] = validity_summary(run.checks)
         return build_sections(run, report), found
@@ -118,6 +120,7 @@ def run_sections(run: RunView, report: bool = False) -> tuple[list[Section], dic
         sections_, found = [*sections_, verdicts], {"verdicts": rows(verdicts.data)}
     if report and targets:
         found["targets"] = {target.label: summary.summary_dict(target.tables) for target in targets}
+        found["energy"] = [row for target in targets for row in energy.json_rows(target.energy, target=target.label)]
         found["validity"] = {target.label: validity_summary(target.checks) for target in targets if target.judged}
     return sections_, found
 

@@ -1,9 +1,10 @@
 """Everything report.html shows, as one JSON-ready dict: per run what was run, the summary's and
 report's sections (each table's formatted rows as the summary prints them and its raw figures as
-`report --json` gives them), the charts' data; for several runs (or targets) the figures side by
-side and each run's verdicts against the first, from `loadlib.figures.verdicts` as `compare`
-computes them; for a server sweep its table of configurations and the logs of those that did not
-serve (`loadlib.report.sweep`). Nothing here computes a figure of its own: the views do."""
+`report --json` gives them), its requests; every declared chart over the runs; for several runs
+(or targets) the figures side by side and each run's verdicts against the first, from
+`loadlib.figures.verdicts` as `compare` computes them; for a server sweep its table of
+configurations and the logs of those that did not serve (`loadlib.report.sweep`). Nothing here
+computes a figure of its own: the views do."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from loadlib.figures import across_runs, verdicts
 from loadlib.figures.validity import validity_summary
 from loadlib.report.contents import build_sections, sweep_of
 from loadlib.report.document import Section, flatten, json_rows, rows
-from loadlib.report.html_charts import run_charts
+from loadlib.report.charts import PALETTE
+from loadlib.report.html_charts import page_charts, requests
 from loadlib.report.protocol import summary_dict
 from loadlib.report.summary import summary_heading
 from loadlib.report.verdicts import judge
@@ -32,13 +34,14 @@ def page_data(runs: Sequence[RunView]) -> dict[str, Any]:
     """The page's data for one run, or several side by side (the first is the reference); a run
     with several servers shows one run per target (`RunView.by_target`, named "run/A" beside other runs)."""
     shown = [view for run in runs for view in run.by_target(prefixed=len(runs) > 1)]
-    return {"labels": [view.label for view in shown], "runs": [run_entry(view) for view in shown],
+    return {"labels": [view.label for view in shown], "colors": PALETTE, "runs": [run_entry(view) for view in shown],
+            "charts": page_charts(shown, runs),
             "comparison": comparison(shown, runs) if len(shown) > 1 else None,
             "sweeps": [sweep_entry(run) for run in runs if run.sweep_table is not None]}
 
 
 def run_entry(run: RunView) -> dict[str, Any]:
-    """One run: its heading, what was run, `report --json`'s summary keys, its sections and charts."""
+    """One run: its heading, what was run, `report --json`'s summary keys, its sections and requests."""
     summary = summary_dict(run.tables)
     if run.manifest.get("search"):
         summary["search"] = run.manifest["search"]
@@ -46,7 +49,7 @@ def run_entry(run: RunView) -> dict[str, Any]:
         summary["validity"] = validity_summary(run.checks)
     return {"label": run.label, "heading": summary_heading(run.records, run.manifest),
             "what": what_was_run(run.manifest), "summary": summary,
-            "sections": [section_entry(s) for s in build_sections(run, report=True)], "charts": run_charts(run)}
+            "sections": [section_entry(s) for s in build_sections(run, report=True)], "requests": requests(run.records)}
 
 
 def sweep_entry(run: RunView) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 or several side by side. `write_page` is what the run's end and `python -m analysis html` call.
 
 The charting library is uPlot (MIT, about 50 KB, canvas, fast with 100,000 points), vendored in
-`assets/` with its licence; the page's own script (`assets/report.js`) only draws the data that
-`html_data.page_data` took from the runs' views."""
+`assets/` with its licence; the page's own scripts only draw the data that `html_data.page_data`
+took from the runs' views: `assets/charts.js` every declared chart (`loadlib.report.charts`),
+`assets/report.js` the rest."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 REPORT_FILE = "report.html"
 SLOT = re.compile(r"\{\{(\w+)\}\}")
+ASSETS = {"uplot_css": "uPlot.min.css", "report_css": "report.css", "uplot_js": "uPlot.iife.min.js",
+          "charts_js": "charts.js", "report_js": "report.js"}
 
 
 def write_page(views: Sequence[RunView], out: str | Path) -> Path:
@@ -32,16 +35,20 @@ def write_page(views: Sequence[RunView], out: str | Path) -> Path:
 
 
 def render_page(data: dict[str, Any]) -> str:
-    """The page's HTML around `data` (`page_data`'s), with uPlot and the page's script inlined."""
+    """The page's HTML around `data` (`page_data`'s), with uPlot and the page's scripts inlined."""
     labels = data["labels"]
-    slots = {
-        "title": _escape(f"uni-bench {'comparison' if len(labels) > 1 else 'report'}: {', '.join(labels)}"),
-        "uplot_css": _asset("uPlot.min.css"), "report_css": _asset("report.css"),
-        "uplot_js": _asset("uPlot.iife.min.js"), "report_js": _asset("report.js"),
+    return inline_assets(
+        _asset("report.html"),
+        title=_escape(f"uni-bench {'comparison' if len(labels) > 1 else 'report'}: {', '.join(labels)}"),
         # "<" escaped inside JSON strings, so no value can end the script element
-        "data": orjson.dumps(data, default=_scalar, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("<", "\\u003c"),
-    }
-    return SLOT.sub(lambda match: slots[match.group(1)], _asset("report.html"))
+        data=orjson.dumps(data, default=_scalar, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("<", "\\u003c"))
+
+
+def inline_assets(html: str, **slots: str) -> str:
+    """`html` with each `{{slot}}` filled: by the value given, else by the asset `ASSETS` names
+    (the live page inlines uPlot and the charts' script this way too)."""
+    return SLOT.sub(lambda match: slots[match.group(1)] if match.group(1) in slots else _asset(ASSETS[match.group(1)]),
+                    html)
 
 
 def _asset(name: str) -> str:

@@ -305,3 +305,25 @@ def acceptance_section(table: pd.DataFrame) -> Section:
             "decode t/s": text.column(table["decode_tps"], 1),
             "client decode t/s": text.column(table["client_decode_tps"], 1),
         }), keys=("scenario",), left=("scenario",), optional=True)
+
+
+def position_section(curves: pd.DataFrame) -> Section:
+    """Acceptance by draft position per cell, and what it implies for shorter drafts
+    (`figures.acceptance.curves` of `position_table`)."""
+    return Section(
+        "acceptance_by_position", "Speculative acceptance by draft position (p(k) = share of verify steps that "
+        "accepted k drafts or more, from the server's counters per position or the requests' histograms of steps "
+        "by drafts accepted; expected tokens/step at draft length n = 1 + p(1) + ... + p(n): an estimate of "
+        "acceptance had the draft been cut to n, not of speed (a shorter draft also costs less to make and to "
+        "verify; a block drafter such as DFLASH drafts otherwise at another block size); at the length run it is "
+        "the accept length)",
+        curves, pd.DataFrame({
+            "cell": [f"{cell} {scenario}".strip() for cell, scenario in zip(curves["cell"], curves["scenario"])],
+            "from": [f"{basis} ({source})" if source else basis for basis, source in zip(curves["basis"], curves["source"])],
+            "verify steps": text.column(curves["verify_steps"], 0),
+            "p(k), k = 1..N": [" ".join(text.num(p, 2) for p in shares) for shares in curves["accepted_share"]],
+            "expected tokens/step at draft length 1..N": [" ".join(text.num(e, 2) for e in expected)
+                                                          for expected in curves["expected_tokens"]],
+        }), keys=("cell", "scenario", "basis", "source"), left=("cell", "from", "p(k), k = 1..N",
+                                                               "expected tokens/step at draft length 1..N"),
+        optional=True)

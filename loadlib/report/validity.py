@@ -20,19 +20,24 @@ from loadlib.report.document import Section
 from loadlib.truth import server_figures
 
 COLUMNS = ["cell", "name", "ok", "detail"]
-WHAT = ("per cell: client headroom; with workers, their clocks against the master's; failed requests; completion tokens, requests and requests in flight, client "
-        "against server; accept length against tok/chunk; in rounds of N streams whether they ran together "
+WHAT = ("per cell: client headroom; with workers, their clocks against the master's; failed requests; completion "
+        "tokens, requests and requests in flight, client against server; accept length against tok/chunk; "
+        "speculative decoding, the requests' account against the server's counters; in rounds of N streams whether "
+        "they ran together "
         "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
 
 def run_checks(scrapes: list[dict[str, Any]], records: pd.DataFrame, manifest: Mapping[str, Any],
                steady_cells: Iterable[SteadyCell] = (), unmeasured: pd.DataFrame | None = None,
-               concurrent: pd.DataFrame | None = None) -> list[Check]:
+               concurrent: pd.DataFrame | None = None,
+               spec: Sequence[server_figures.SpecCounters] | None = None) -> list[Check]:
     """Every check of the run whose parsed scrapes, records, manifest, unmeasured requests
-    (`RunView.unmeasured`) and concurrency table are given."""
+    (`RunView.unmeasured`), concurrency table and speculative-decoding counters (made from the
+    scrapes when not given) are given."""
     launch = (manifest.get("server") or {}).get("launch")
     return validity_checks(records, manifest, server_figures.server_cells(scrapes, records, launch),
-                           server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent)
+                           server_absence(manifest, scrapes), steady_cells, unmeasured, concurrent,
+                           server_figures.spec_counters(scrapes) if spec is None else spec)
 
 
 def checks_section(checks: Sequence[Check]) -> Section:

@@ -24,9 +24,17 @@ LINE_CHARS = 160  # a sentence wider than this leaves out its "than A" (the titl
 def judge(runs: Sequence[RunView]) -> tuple[pd.DataFrame, Section]:
     """The runs' headline figures (`headline_figures` against each one's goodput targets, `run` =
     each one's label) and the verdicts of each against the first (`verdicts_section`)."""
-    figures = leading_honest_figures(pd.concat([headline_figures(run.records, run.slo, run.tables, run.steady)
-                                                .assign(run=run.label) for run in runs], ignore_index=True))
+    figures = leading_honest_figures(pd.concat([_figures(run).assign(run=run.label) for run in runs],
+                                               ignore_index=True))
     return figures, verdicts_section(runs, figures)
+
+
+def _figures(run: RunView) -> pd.DataFrame:
+    """The run's headline figures, then those another tool published without samples (if any)."""
+    figures = headline_figures(run.records, run.slo, run.tables, run.steady)
+    if run.published is None or run.published.figures.empty:
+        return figures
+    return pd.concat([figures, run.published.figures], ignore_index=True) if len(figures) else run.published.figures
 
 
 def verdicts_section(runs: Sequence[RunView], figures: pd.DataFrame) -> Section:
@@ -34,7 +42,7 @@ def verdicts_section(runs: Sequence[RunView], figures: pd.DataFrame) -> Section:
     figures, whose values become `a` and `b`): `verdicts.verdicts_table` with the runs' labels
     (`run_a`, `run_b`), and one sentence a verdict."""
     first = runs[0]
-    samples = [verdicts.headline_samples(run.records, run.slo) for run in runs]
+    samples = [verdicts.headline_samples(run.records, run.slo, run.scrapes) for run in runs]
     values = figures.set_index(["run", "figure"])["value"]
     rank = {figure: i for i, figure in enumerate(dict.fromkeys(figures["figure"]))}
     parts = []
@@ -48,6 +56,7 @@ def verdicts_section(runs: Sequence[RunView], figures: pd.DataFrame) -> Section:
     data = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
     misled = _misled_runs(figures)
     lines = [_verdict_sentence(row, _caveat(row.figure, misled)) for row in data.itertuples(index=False)]
+    lines += [f"{run.label}: {run.published.source}" for run in runs if run.published is not None]
     if data["few_samples"].any():
         lines.append(f"few samples: fewer than {verdicts.FEW_SAMPLES} independent samples on a side (3 rounds, or a "
                      "time series in few blocks); the interval is then about as wide as their whole spread")

@@ -68,6 +68,7 @@ class RequestFigures:
     total_s: float | None
     decode_tps: float | None
     tokens: tuple[int | None, ...]  # prompt, completion, cached, reasoning (`TOKEN_KINDS`)
+    spec: tuple[int, int] | None = None  # the server's account: verify steps, accepted drafts (None: none sent)
 
 
 def failure_kind(error: str) -> str:
@@ -87,9 +88,10 @@ def figures_of(record: dict[str, Any]) -> RequestFigures:
         return RequestFigures(ok, "" if ok else failure_kind(error), None, None, None, total if ok else None,
                               None, tokens)
     decode = formulas.decode_tps(comp, ttft, total) if comp is not None and total > ttft else None
+    steps, accepted = record.get("spec_verify_steps"), record.get("spec_accepted_tokens")
     return RequestFigures(True, "", ttft, record.get("ttfo_s"),
                           formulas.chunk_gap_s(ttft, record.get("last_chunk_s"), record.get("chunks", 0)),
-                          total, decode, tokens)
+                          total, decode, tokens, (steps, accepted) if steps is not None and accepted is not None else None)
 
 
 HISTOGRAMS = (  # (name, help, buckets) of the per-request histograms, in `RequestFigures` order
@@ -137,6 +139,7 @@ class RecordCollector(Collector):
         self.histograms: dict[tuple[int, tuple[str, ...]], list[Any]] = {}  # (histogram, key) -> [counts, sum]
         self.requests: dict[tuple[str, ...], int] = {}  # key + (outcome, reason)
         self.tokens: dict[tuple[str, ...], int] = {}  # key + (kind,)
+        self.spec: dict[tuple[str, ...], list[int]] = {}  # key -> [verify steps, accepted drafts]
         self._reasons: set[str] = set()
 
     def add(self, key: tuple[str, ...], figures: RequestFigures) -> None:
@@ -155,6 +158,10 @@ class RecordCollector(Collector):
         for kind, count in zip(TOKEN_KINDS, figures.tokens):
             if count:
                 self.tokens[(*key, kind)] = self.tokens.get((*key, kind), 0) + count
+        if figures.spec is not None:
+            counts = self.spec.setdefault(key, [0, 0])
+            counts[0] += figures.spec[0]
+            counts[1] += figures.spec[1]
 
     def _reason(self, kind: str) -> str:
         """The failure kind as a label value: the first `MAX_REASONS` kinds, then "other"."""
@@ -177,7 +184,22 @@ class RecordCollector(Collector):
                                      "completion, cached, reasoning)", labels=(*LABELS, "kind"))
         for labels, count in self.tokens.items():
             tokens.add_metric(list(labels), count)
-        yield from (requests, tokens)
+        yield from (requests, tokens, *self._spec_families())
+
+    def _spec_families(self) -> tuple[Any, ...]:
+        steps = CounterMetricFamily("uni_locust_spec_verify_steps", "Verify steps of the server's account of each "
+                                    "request's speculative decoding, summed", labels=LABELS)
+        accepted = CounterMetricFamily("uni_locust_spec_accepted_tokens", "Accepted draft tokens of the server's "
+                                       "account of each request, summed", labels=LABELS)
+        length = GaugeMetricFamily("uni_locust_spec_accept_length", "Tokens per verify step, (accepted drafts + "
+                                   "verify steps) / verify steps, over the requests so far (the server's account)",
+                                   labels=LABELS)
+        for key, (verify_steps, drafts) in self.spec.items():
+            steps.add_metric(list(key), verify_steps)
+            accepted.add_metric(list(key), drafts)
+            if verify_steps:
+                length.add_metric(list(key), float(formulas.accept_length(verify_steps, drafts)))
+        return steps, accepted, length
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +209,17 @@ class LiveState:
     users: int
     workers: int | None  # None: no workers (a local run)
     workers_lost: int
+    energy: tuple[dict[str, Any], ...] = ()  # each ended cell's GPU energy rows (`figures.energy.json_rows`, with `target`)
+
+
+ENERGY_GAUGES = (  # (name, help, row key) of each ended cell's energy per GPU
+    ("uni_locust_gpu_energy_joules", "GPU energy over the cell (the meter's counter change, or its power integrated)",
+     "joules"),
+    ("uni_locust_gpu_mean_watts", "GPU mean power over the cell, joules / seconds", "mean_watts"),
+    ("uni_locust_gpu_peak_watts", "GPU highest power sampled during the cell", "peak_watts"),
+    ("uni_locust_gpu_tokens_per_joule", "Completion tokens of the cell's successful requests per joule", "tokens_per_joule"),
+    ("uni_locust_gpu_joules_per_token", "Joules per completion token of the cell's successful requests", "joules_per_token"),
+)
 
 
 class _LiveCollector(Collector):
@@ -211,6 +244,13 @@ class _LiveCollector(Collector):
                                        labels=["run"])
             lost.add_metric([state.run], state.workers_lost)
             families += [workers, lost]
+        latest = {(row["cell"], row["gpu"], row.get("target", "")): row for row in state.energy}  # a cell run again: its last
+        for name, doc, key in ENERGY_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["cell", "gpu", "target", "run"])
+            for row in latest.values():
+                if row.get(key) is not None:
+                    family.add_metric([row["cell"], row["gpu"], row.get("target", ""), state.run], row[key])
+            families.append(family)
         yield from families
 
 
@@ -220,6 +260,7 @@ class RunNow(Protocol):
     run_dir: Path | None  # None before the first test: its name labels every series
     users: UserProcesses | None  # the requests in flight, the workers lost
     config: RunConfig | None  # the test's model
+    cell_energy: list[dict[str, Any]]  # each ended cell's GPU energy rows, with its target
 
 
 def live_state(environment: Environment, session: RunNow | None) -> LiveState | None:
@@ -231,7 +272,7 @@ def live_state(environment: Environment, session: RunNow | None) -> LiveState | 
     if isinstance(runner, MasterRunner):
         workers = sum(1 for node in runner.clients.values() if node.state != STATE_MISSING)
     return LiveState(session.run_dir.name, session.users.streams_in_flight(), runner.user_count, workers,
-                     len(session.users.lost))
+                     len(session.users.lost), tuple(session.cell_energy))
 
 
 def install(environment: Environment, session_of: Callable[[], RunNow | None]) -> RunMetrics | None:

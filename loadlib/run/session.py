@@ -71,6 +71,7 @@ class RunSession:
         self.live = LiveSeries()
         self.streams = StreamsWanted(self._opts, self.note_in_manifest)
         self._watches: dict[str, ServerWatch] = {}  # the servers watched now, by target label
+        self.cell_energy: list[dict[str, Any]] = []  # each ended cell's GPU energy rows, with its target (live metrics)
         self.cut_short: str | None = None
         self._player: gevent.Greenlet | None = None  # plays the test's driver
         self.summarized = True
@@ -123,6 +124,7 @@ class RunSession:
         self._runs += 1
         self.run_dir = new_run_dir(opts.run_dir, self._runs, opts.label or self._target.label())
         self.live, self.cut_short, self.summarized = LiveSeries(), None, False
+        self.cell_energy = []
         self.streams.reset()
         self.driver = mode.driver(profile, users, config.started_at, self._coordination())
         self.config = config
@@ -227,7 +229,8 @@ class RunSession:
                                 cell_records=lambda cell, label=label: [r for r in self.records if r["cell"] == cell
                                                                         and r.get("target", "") == label],
                                 cell_events=self.driver.run.cell_events, test_stop=self._environment.events.test_stop,
-                                target=label)
+                                target=label, on_energy=lambda rows, label=label: self.cell_energy.extend(
+                                    {**row, "target": label} for row in rows))
             if watch.start():
                 self._watches[label] = watch
 

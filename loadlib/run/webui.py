@@ -3,7 +3,8 @@
 Locust's web UI is extended only the ways it supports: a tab (`extended_tabs`/`extended_tables`)
 whose rows ride on the UI's own `/stats/requests` poll (`extended_stats`), links in its Download
 Data tab (`extended_csv_files`), and Flask routes under `/uni/`. A Locust tab can only show a
-table, so the charts live on a small self-contained page at `/uni/` (plain JS and SVG, no CDN).
+table, so the charts live on a small self-contained page at `/uni/` (the charts declared live in
+`loadlib.report.charts`, drawn by report.html's own script and its vendored uPlot, inlined: no CDN).
 
 Every figure comes from the tables the post-processor renders (`loadlib.figures`: the protocol's
 tables, TTFT percentiles, failures, prefill/cache, steady-state and timeline tables) applied to
@@ -32,11 +33,14 @@ from loadlib.modes import Phase
 from loadlib.record_table import records_frame
 from loadlib.records import JOURNAL_FIELDS, RECORDS_FILE, read_records
 from loadlib.report import text
+from loadlib.report import charts
+from loadlib.report.html_page import inline_assets
 from loadlib.report.html_page import REPORT_FILE
 from loadlib.report.protocol import CASE_LABELS, SCENARIO_LABELS, cut_short, thinking_phrase
 from loadlib.report.summary import render_summary
 from loadlib.run import webform
 from loadlib.run.webform import EditableRun
+from loadlib.run_view import RunView
 from loadlib.scenarios.base import SINGLE
 
 log = logging.getLogger(__name__)
@@ -113,7 +117,7 @@ def install(environment: Environment, session: WebRun) -> None:
     routes = Blueprint("uni", __name__, url_prefix=f"{base}/uni")
     guard = web_ui.auth_required_if_enabled
     routes.add_url_rule("/", "page", guard(_page))
-    routes.add_url_rule("/figures.json", "figures", guard(lambda: jsonify(figures.view())))
+    routes.add_url_rule("/figures.json", "figures", guard(lambda: jsonify(figures.page())))
     routes.add_url_rule("/records.csv", "records", guard(lambda: _csv_response(figures.records())))
     routes.add_url_rule("/report", "report", guard(lambda: Response(figures.report(), mimetype="text/plain")))
     routes.add_url_rule("/report.html", "report_page", guard(figures.report_page))
@@ -151,7 +155,7 @@ class LiveFigures:
         self.environment = environment
         self.session = session
         self._key: tuple[int, int, int] | None = None
-        self._cached: tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]] | None = None
+        self._cached: tuple[pd.DataFrame, list[Slot], list[dict[str, str]]] | None = None
 
     def records(self) -> Iterable[dict[str, Any]]:
         """Every record of the run so far, from its journal."""
@@ -177,25 +181,35 @@ class LiveFigures:
         return Response(page.read_bytes(), mimetype="text/html")
 
     def view(self) -> dict[str, Any]:
-        """Phase, settings, table rows and chart series, as JSON-ready values."""
+        """Phase, settings, table rows and the running figures of streams in flight (`live`, on the
+        records' clock), as JSON-ready values."""
         session, state = self.session, self.environment.runner.state
         driver = session.driver
         phase = driver.phase if driver is not None else Phase()
         plan = list(driver.plan) if driver is not None else []
-        frame, slots, figures, series = self._figures(driver, plan)
+        frame, slots, figures = self._figures(driver, plan)
         current = _current_index(plan, phase)
         rows = [dict(cell=slot.label, status=_status(index, current, phase, state), **slot_figures)
                 for index, (slot, slot_figures) in enumerate(zip(slots, figures))]
         live = session.live.series()
-        origin = series["origin"] if series["origin"] is not None else (live["at"][0] if live["at"] else 0.0)
+        origin = float(frame["sent_at"].min()) if len(frame) else (live["at"][0] if live["at"] else 0.0)
         search = f" · search: {phase.note}" if phase.note else ""  # the capacity search's bracket
         live_now = _live_text(session.live) if phase.state != "finished" else ""
         return {"phase": _phase_text(session, slots, len(plan), phase, current, state) + search + live_now,
                 "state": state, "settings": _settings_text(self.environment, session, plan, frame),
                 "target": _target_text(self.environment, session), "columns": COLUMNS, "rows": rows,
-                "series": series, "live": _live_series(live, origin), "run_dir": str(session.run_dir or ""),
+                "live": _live_series(live, origin), "run_dir": str(session.run_dir or ""),
                 "requests": session.record_count,
                 "report_page": session.run_dir is not None and (session.run_dir / REPORT_FILE).exists()}
+
+    def page(self) -> dict[str, Any]:
+        """The live page's data: `view`, and its charts (`loadlib.report.charts`' marked live) over
+        the records so far and the streams in flight."""
+        view = self.view()
+        driver = self.session.driver
+        frame = self._figures(driver, list(driver.plan) if driver is not None else [])[0]
+        run = charts.ChartRun(RunView(frame, self.session.manifest or {}), live=view["live"])
+        return {**view, "charts": charts.figures(charts.drawn_charts([run], live=True))}
 
     def tab_rows(self, page_url: str) -> list[dict[str, str]]:
         """The tab's table: what runs now, the run's settings, one row per cell, where the charts are."""
@@ -210,17 +224,15 @@ class LiveFigures:
                 *([{"cell": f"The run's report.html (to open or share): {page_url}report.html", "status": "", **blank}]
                   if view["report_page"] else [])]
 
-    def _figures(self, driver: Any, plan: list[Any]
-                 ) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]], dict[str, Any]]:
-        """The records' frame, the rows and their figures, the chart series: recomputed only when
-        records arrive."""
+    def _figures(self, driver: Any, plan: list[Any]) -> tuple[pd.DataFrame, list[Slot], list[dict[str, str]]]:
+        """The records' frame, the rows and their figures: recomputed only when records arrive."""
         key = (self.session.record_count, id(driver))
         if self._cached is None or key != self._key:
             frame = records_frame(self.session.records)
             slots = _slots(plan, frame)
             figures = {target: _slot_figures(frame[frame["target"] == target] if target else frame)
                        for target in {slot.target for slot in slots}}  # an A/B run: each target's own figures
-            self._cached = (frame, slots, [figures[slot.target](slot) for slot in slots], _series(frame))
+            self._cached = (frame, slots, [figures[slot.target](slot) for slot in slots])
             self._key = key
         return self._cached
 
@@ -319,28 +331,6 @@ def _row(table: pd.DataFrame, key: Any) -> pd.Series | None:
 
 def _get(row: pd.Series | None, column: str) -> Any:
     return None if row is None else row[column]
-
-
-def _series(frame: pd.DataFrame) -> dict[str, Any]:
-    """Chart data, seconds from the run's first request: tokens/s and streams, TTFT per request,
-    and the span of each cell so the charts can label which part of the plan ran when."""
-    if frame.empty:
-        return {"t_s": [], "decode_tps": [], "active_streams": [], "ttft": [], "spans": [], "origin": None}
-    timeline = free_running.timeline(frame)
-    origin = float(frame["sent_at"].min())
-    ok = frame[frame["ok"]]
-    label = frame["cell"].where(frame["case"] != SINGLE, "single: " + frame["scenario"].astype(str))
-    spans = (frame.assign(label=label, start=frame["sent_at"] - origin, end=frame["end_at"].fillna(frame["sent_at"]) - origin)
-             .groupby("label", sort=False).agg(start=("start", "min"), end=("end", "max")).reset_index())
-    return {
-        "t_s": _rounded(timeline["t_s"]),
-        "decode_tps": _rounded(timeline["decode_tps"]),
-        "active_streams": _rounded(timeline["active_streams"]),
-        "ttft": [[round(t, 3), round(v, 4), cell] for t, v, cell in
-                 zip(ok["sent_at"] - origin, ok["ttft_s"], label[ok.index])],
-        "spans": [[row.label, round(row.start, 3), round(row.end, 3)] for row in spans.itertuples()],
-        "origin": origin,
-    }
 
 
 def _live_series(live: dict[str, list[Any]], origin: float) -> dict[str, list[Any]]:
@@ -447,8 +437,9 @@ def _target_text(environment: Environment, session: LiveRun) -> str:
 # --- routes ----------------------------------------------------------------------------------------
 
 def _page() -> Response:
+    """The live page, with uPlot and the charts' script inlined (as report.html has them: no CDN)."""
     html = resources.files("loadlib").joinpath("data", "webui", PAGE).read_text(encoding="utf-8")
-    return Response(html, mimetype="text/html")
+    return Response(inline_assets(html), mimetype="text/html")
 
 
 def _csv_response(records: Iterable[dict[str, Any]]) -> Response:

@@ -99,33 +99,67 @@ def gpus_on_page(entry: dict[str, Any]) -> list[dict[str, Any]]:
 def gpu_cells(entries: Iterable[dict[str, Any]]) -> list[GpuCell]:
     """Per cell, each GPU's energy and every GPU's together (`ALL`), from the GPU meter's parsed
     scrapes (other sources' are passed over); none for a cell without a start and an end scrape."""
+    meter, cells = _cells(entries)
+    return [c for span, points in cells for c in _cell(meter, span, points)] if meter is not None else []
+
+
+def energy_steps(entries: Iterable[dict[str, Any]]) -> dict[CellSpan, list[tuple[float, float, float]]]:
+    """Per cell, its span cut at the GPU meter's scrapes: (from, to, joules of every GPU read) for
+    each stretch between two scrapes whose joules are known, a stretch over which a counter did
+    not move joined to the next (an exporter that had not collected since); for a resampled
+    figure (`loadlib.figures.verdicts.energy_samples`). Empty for a run without a GPU meter."""
+    meter, cells = _cells(entries)
+    found: dict[CellSpan, list[tuple[float, float, float]]] = {}
+    if meter is None:
+        return found
+    for span, points in cells:
+        gpus = _gpus(meter, points[-1])
+        steps, since = [], points[0]
+        for point in points[1:]:
+            joules = [_joules(meter, [since, point], gpu)[0] for gpu in gpus]
+            if gpus and all(j is not None for j in joules):
+                steps.append((_moment(since), _moment(point), float(sum(joules))))
+                since = point
+        found[span] = steps
+    return found
+
+
+# --- internals -----------------------------------------------------------------------------
+
+def _cells(entries: Iterable[dict[str, Any]]) -> tuple[Meter | None, list[tuple[CellSpan, list[dict[str, Any]]]]]:
+    """The GPU meter and, per cell that has a start and an end scrape, its span and the scrapes
+    read over it in order: the start scrape, those taken during the cell, the end scrape. No
+    cells without a GPU meter."""
     by_cell: dict[int, list[dict[str, Any]]] = {}
     for entry in entries:
         if entry.get("source") == GPU_SOURCE and entry.get("cell_index") is not None:
             by_cell.setdefault(entry["cell_index"], []).append(entry)
     meter = meter_of(e for cell in by_cell.values() for e in cell)
     if meter is None:
-        return []
-    return [c for cell in by_cell.values() for c in _cell(meter, cell)]
-
-
-# --- internals -----------------------------------------------------------------------------
-
-def _cell(meter: Meter, entries: list[dict[str, Any]]) -> list[GpuCell]:
-    ok = [e for e in entries if not e.get("error") and "samples" in e]
-    start = next((e for e in ok if e["phase"] == "start"), None)
-    end = next((e for e in ok if e["phase"] == "end"), None)
-    if start is None or end is None:
-        return []
-    span = CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"],
-                    start.get("t_asked"), end.get("t_asked"))
-    # what was read during the cell: the scrapes after its start, up to and with its end
-    after = [e for e in ok if e["phase"] == "interval" and start["t"] <= e["t"] <= end["t"]] + [end]
-    seconds = _moment(end) - _moment(start)
-    gpus = sorted(_per_gpu(end, meter.power) | _per_gpu(end, meter.energy), key=_order)
+        return None, []
     cells = []
-    for gpu in gpus:
-        joules, via = _joules(meter, [start, *after], gpu)
+    for cell in by_cell.values():
+        ok = [e for e in cell if not e.get("error") and "samples" in e]
+        start = next((e for e in ok if e["phase"] == "start"), None)
+        end = next((e for e in ok if e["phase"] == "end"), None)
+        if start is not None and end is not None:
+            span = CellSpan(start["cell_index"], start["cell"], start.get("case"), start["t"], end["t"],
+                            start.get("t_asked"), end.get("t_asked"))
+            cells.append((span, [start, *(e for e in ok if e["phase"] == "interval"
+                                          and start["t"] <= e["t"] <= end["t"]), end]))
+    return meter, cells
+
+
+def _gpus(meter: Meter, entry: dict[str, Any]) -> list[str]:
+    return sorted(_per_gpu(entry, meter.power) | _per_gpu(entry, meter.energy), key=_order)
+
+
+def _cell(meter: Meter, span: CellSpan, points: list[dict[str, Any]]) -> list[GpuCell]:
+    start, after = points[0], points[1:]  # what was read during the cell: after its start, up to and with its end
+    seconds = _moment(after[-1]) - _moment(start)
+    cells = []
+    for gpu in _gpus(meter, after[-1]):
+        joules, via = _joules(meter, points, gpu)
         peaks = [p[gpu] for p in (_per_gpu(e, meter.peak or meter.power) for e in after) if gpu in p]
         cells.append(GpuCell(span, meter.kind, gpu, joules, via, seconds,
                              max(peaks) * meter.watts_per_unit if peaks else None, _samples(meter, start, after)))

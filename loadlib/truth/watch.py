@@ -6,8 +6,9 @@ It hands the target's self-description to the session for the manifest (the sess
 manifest's one writer), writes the full answers into `server_info.json`, scrapes /metrics and any
 `--router-metrics` / `--worker-metrics` pages (and the GPUs' power with `--gpu-power`,
 `loadlib.truth.gpu_power`) at the start and end of every cell and every `--metrics-interval`
-seconds into `metrics.jsonl`, and warns as soon as a cell's server accept length and client
-tok/chunk disagree. Nothing here may stop a run: a failure is recorded or logged, and the run goes on.
+seconds into `metrics.jsonl`, warns as soon as a cell's server accept length and client
+tok/chunk disagree, and hands each cell's GPU energy (`loadlib.figures.energy.energy_table` of the
+cell's scrapes) to the live metrics as the cell ends. Nothing here may stop a run: a failure is recorded or logged, and the run goes on.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ class ServerWatch:
     def __init__(self, run_dir: Path, opts: argparse.Namespace, host: str, api_key: str | None,
                  note_in_manifest: Callable[[str, Any], None],
                  cell_records: Callable[[str], list[dict[str, Any]]],
-                 cell_events: EventHook, test_stop: EventHook, target: str = "") -> None:
+                 cell_events: EventHook, test_stop: EventHook, target: str = "",
+                 on_energy: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.run_dir = run_dir
         self.target = target  # an A/B run's label: this watch follows that server's cells only
         self.host = host
@@ -110,6 +112,7 @@ class ServerWatch:
         self.meter: GpuMeter | None = None
         self.note_in_manifest = note_in_manifest
         self.cell_records = cell_records
+        self.on_energy = on_energy  # given each cell's energy rows as it ends (the live metrics)
         self.launch: dict[str, Any] = {}  # the server's launch flags, as the probe read them
         self.cell: dict[str, Any] | None = None  # tag of the cell in progress
         self._cell_entries: list[dict[str, Any]] = []
@@ -160,7 +163,7 @@ class ServerWatch:
         self._cell_entries += self.scraper.scrape(phase, tag)
         if phase == "end":
             self.cell = None
-            self._warn_on_divergence(tag)
+            self._cell_ended(tag)
 
     def _tick(self) -> None:
         while True:
@@ -185,14 +188,25 @@ class ServerWatch:
         if self.meter is not None:
             self.meter.close()
 
-    def _warn_on_divergence(self, tag: dict[str, Any] | None) -> None:
+    def _cell_ended(self, tag: dict[str, Any] | None) -> None:
+        """A cell's scrapes, parsed once: a warning where its accept length and tok/chunk
+        disagree, and its GPUs' energy handed on."""
         if tag is None:
             return
         from loadlib.record_table import records_frame  # tables (pandas): workers import this module for its options
-        from loadlib.truth import server_figures
+        from loadlib.truth import energy, server_figures
 
         records = records_frame(self.cell_records(tag["cell"]))
-        entries = [parsed(e, server_figures.NAMES_READ) for e in self._cell_entries]
+        entries = [parsed(e, server_figures.NAMES_READ | energy.NAMES_READ) for e in self._cell_entries]
+        self._warn_on_divergence(tag, records, entries)
+        if self.meter is not None and self.on_energy is not None:
+            from loadlib.figures.energy import energy_table, json_rows
+
+            self.on_energy(json_rows(energy_table(entries, records)))
+
+    def _warn_on_divergence(self, tag: dict[str, Any], records: Any, entries: list[dict[str, Any]]) -> None:
+        from loadlib.truth import server_figures
+
         for server in server_figures.server_cells(entries, records, self.launch):
             own = server_figures.cell_records(records, server.span)
             client = server_figures.client_tok_per_chunk(own)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from tests.analysis.builders import protocol_run
 from tests.conftest import LOCUSTFILE, TINY_ROUNDS, run_locust
 from tests.run.test_webui import ARTIFACTS, chromium_page
 
-PARTS = ("top", "what", "verdicts", "tables", "timeline", "distributions", "aggregate", "requests")
+PARTS = ("top", "what", "verdicts", "tables", "charts", "requests")
 # The built-in simulator as the sweep's server, at 20x: two draft sizes that serve and one it refuses
 # (draft 0: it exits before it is healthy), under a tiny protocol load.
 SWEEP = TINY_ROUNDS + """[server]
@@ -121,8 +122,9 @@ def test_page_of_a_run_stopped_by_sigterm_renders_offline_with_report_json_figur
     assert own["summary"]["single"] == report["single"]
     shown = browser_page.locator("table[data-section=single] tbody tr").count()
     assert shown == len(report["tables"]["single"]) > 0
-    assert own["charts"]["requests"]["total"] == sum(s["n"] for s in own["charts"]["distributions"]) + \
-        sum(1 for e in own["charts"]["requests"]["columns"]["error"] if e)
+    (distributions,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == "ttft-distribution"]
+    successful = sum(int(re.search(r"\(n (\d+)\)", s["label"]).group(1)) for s in distributions["series"])
+    assert own["requests"]["total"] == successful + sum(1 for e in own["requests"]["columns"]["error"] if e)
     ttft = browser_page.locator("[data-chart=timeline-ttft] .u-over")
     ttft.scroll_into_view_if_needed()
     box = ttft.bounding_box()
@@ -178,13 +180,11 @@ def test_page_of_a_sweep_shows_its_table_logs_and_chart_as_report_json(sweep_run
             for text, cls in warned] == [(True, True), (True, True), (False, False)]
     logs = browser_page.locator("table[data-section=sweep_logs] tbody tr").all_inner_texts()
     assert len(logs) == 1 and "draft=0" in logs[0] and "must be above 0" in logs[0]  # the simulator's own refusal
-    drawn = browser_page.locator("[data-part=sweep-charts] [data-chart]").evaluate_all(
+    drawn = browser_page.locator("[data-figure^=sweep] [data-chart]").evaluate_all(
         "cs => cs.map(c => [c.dataset.chart, c.querySelector('canvas')?.width ?? 0])")
-    # no capacity search and no free-running cell in a rounds load: that panel says so, the others draw
-    assert [key for key, width in drawn if width > 0] == ["sweep-decode_p50_tps", "sweep-ttft_p50_s",
-                                                          "sweep-accept_length"]
-    assert browser_page.locator("[data-chart=sweep-steady_decode_tps] .note").inner_text().startswith("(none")
-    browser_page.locator("#verdicts").screenshot(path=ARTIFACTS / "report-sweep-table-and-chart.png")
+    # no capacity search and no free-running cell in a rounds load: no such panel; the server's accept length
+    assert [key for key, width in drawn if width > 0] == ["sweep-decode-p50", "sweep-ttft-p50", "sweep-accept-length"]
+    browser_page.locator("[data-figure^=sweep]").screenshot(path=ARTIFACTS / "report-sweep-charts.png")
     assert browser_page.errors == []
     assert main(["plot", str(sweep_run), "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "sweep.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "sweep_r.png").read_bytes().startswith(b"\x89PNG")

@@ -53,7 +53,7 @@ def test_page_tables_equal_report_json(tmp_path, capsys):
         {key: rows for key, rows in report["tables"].items() if key in {s["key"] for s in own["sections"]}}
     assert {key: own["summary"][key] for key in ("single", "concurrent", "ttft_percentiles", "failures")} == \
         {key: report[key] for key in ("single", "concurrent", "ttft_percentiles", "failures")}
-    assert own["charts"]["requests"]["total"] == len(protocol_run() + free_running_records())
+    assert own["requests"]["total"] == len(protocol_run() + free_running_records())
 
 
 def test_comparison_verdicts_equal_compare_json(tmp_path, capsys):
@@ -86,12 +86,19 @@ def test_a_long_run_keeps_every_failure_and_its_exact_distribution_when_thinned(
     records = [build_record("closed", sent_at=1_700_000_000.0 + i * 0.01, ttft_s=0.1 + (i % 97) / 1000,
                             concurrency=4, case="closed", error="http_500" if i % 1000 == 0 else None,
                             comp=None if i % 1000 == 0 else 101) for i in range(20_000)]
-    charts = page_data([RunView(records_frame(records), {}, label="a")])["runs"][0]["charts"]
-    shown = charts["requests"]["columns"]
-    assert charts["requests"]["shown"] <= MAX_POINTS < charts["requests"]["total"] == 20_000
+    data = page_data([RunView(records_frame(records), {}, label="a")])
+    requests = data["runs"][0]["requests"]
+    shown = requests["columns"]
+    assert requests["shown"] <= MAX_POINTS < requests["total"] == 20_000
     assert sum(e is not None for e in shown["error"]) == 20
-    ttft = charts["distributions"][0]["ttft_s"]
+    charts = {chart["id"]: chart for figure in data["charts"] for chart in figure["charts"]}
+    (distribution,) = charts["ttft-distribution"]["series"]
+    ttft = distribution["y"]
+    assert distribution["label"] == "closed (n 19980)"  # every successful request
     assert ttft[0] == pytest.approx(0.1) and ttft[100] == pytest.approx(0.196) and ttft[50] == pytest.approx(0.148)
+    points = [s for s in charts["timeline-ttft"]["series"] if "rows" in s]  # a point per kept request, naming its row
+    assert sum(len(s["x"]) for s in points) == requests["shown"] - 20
+    assert charts["timeline-ttft"]["sampled"] == [{"run": 0, "shown": requests["shown"], "total": 20_000}]
 
 
 @pytest.mark.parametrize("make, message", [

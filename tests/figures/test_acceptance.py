@@ -12,9 +12,10 @@ import pytest
 
 from analysis.report import run_report
 from loadlib.figures import acceptance
+from loadlib.figures.validity import spec_account_agrees
 from loadlib.record_table import read_records_frame, records_frame
 from loadlib.report.document import rows
-from loadlib.report.sections import acceptance_section
+from loadlib.report.sections import acceptance_section, position_section
 from loadlib.report.summary import render_summary
 from loadlib.run_view import read_run
 from loadlib.sim.presets import DEFAULT_PRESET, PRESETS
@@ -103,25 +104,61 @@ def test_the_position_curve_comes_from_the_counters_where_the_cell_has_them_else
     assert list(single["accepted_share"]) == pytest.approx([0.6, 0.4, 0.3]) and set(single["scenario"]) == {"code"}
 
 
+def test_the_summary_shows_one_curve_a_row_labelled_an_estimate_of_acceptance_not_of_speed():
+    frame = records_frame([spec_record("c2-same", steps=10, accepted=13, histogram="4,2,1,3"),
+                           spec_record("c2-same", scenario="cn_essay", steps=10, accepted=5, histogram="5,5")])
+    section = position_section(acceptance.curves(acceptance.position_table(frame)))
+    assert "an estimate of acceptance had the draft been cut to n, not of speed" in section.title
+    assert section.view.to_dict("records") == [
+        {"cell": "c2-same code", "from": "per-request histograms", "verify steps": "10", "p(k), k = 1..N": "0.60 0.40 0.30",
+         "expected tokens/step at draft length 1..N": "1.60 2.00 2.30"},
+        {"cell": "c2-same cn_essay", "from": "per-request histograms", "verify steps": "10", "p(k), k = 1..N": "0.50",
+         "expected tokens/step at draft length 1..N": "1.50"}]
+    # the curve at the length run is the accept length measured
+    assert acceptance.accept_length(10, 13) == pytest.approx(2.3)
+    text = render_summary([spec_record("c2-same", steps=10, accepted=13, histogram="4,2,1,3")], {})
+    assert "Speculative acceptance by draft position" in text and "1.60 2.00 2.30" in text
+
+
 def test_the_requests_account_against_the_counters_over_a_cell():
-    span = CellSpan(0, "c2-same", "same", 0.0, 10.0)
-    records = records_frame([spec_record("c2-same", steps=50, accepted=200), spec_record("c2-same", steps=50, accepted=200)])
-    agree = SpecCounters("target", "llamacpp", span, verify_steps=101.0, accepted_tokens=400.0, accepted_per_position=())
-    ok, detail = acceptance.agrees_with_counters(records, agree)
-    assert ok is True and "requests 100, counters 101 (-1.0%)" in detail  # within 2 %
-    skewed = SpecCounters("target", "llamacpp", span, verify_steps=100.0, accepted_tokens=440.0, accepted_per_position=())
-    ok, detail = acceptance.agrees_with_counters(records, skewed)
-    assert ok is False and detail.endswith("accepted drafts: requests 400, counters 440 (-9.1%)")
+    # the span's scrapes came at 0 and 10 (asked 0.25 s before); both requests ran between them
+    span = CellSpan(0, "c2-same", "same", 1_700_000_000.0, 1_700_000_010.0)
+    records = records_frame([spec_record("c2-same", steps=50, accepted=200, sent_at=1_700_000_001.0),
+                             spec_record("c2-same", steps=50, accepted=200, sent_at=1_700_000_001.0, slot=1)])
+    agree = SpecCounters("target", "vllm", span, verify_steps=101.0, accepted_tokens=400.0, accepted_per_position=())
+    ok, detail = spec_account_agrees(records, [agree])
+    assert ok is True and "100 verify steps by the requests' account, server 101" in detail  # within 2 %
+    skewed = SpecCounters("target", "vllm", span, verify_steps=100.0, accepted_tokens=440.0, accepted_per_position=())
+    ok, detail = spec_account_agrees(records, [skewed])
+    assert ok is False and detail == ("client and server disagree: client counted 400 accepted drafts by the requests' "
+                                      "account, server 440 (+10.0%): the server counted more (other clients)")
     # llama-server: the requests count its passes, one of which per request may have had no draft
     fewer = SpecCounters("target", "llamacpp", span, verify_steps=97.0, accepted_tokens=400.0, accepted_per_position=())
-    assert acceptance.agrees_with_counters(records, fewer)[0] is True  # 100 <= 97 + 2 % + one a request
-    assert acceptance.agrees_with_counters(records, SpecCounters(
-        "target", "vllm", span, verify_steps=97.0, accepted_tokens=400.0, accepted_per_position=()))[0] is False
+    assert spec_account_agrees(records, [fewer])[0] is True  # 97 >= (100 - 2) - 2 %
+    assert spec_account_agrees(records, [SpecCounters(
+        "target", "vllm", span, verify_steps=97.0, accepted_tokens=400.0, accepted_per_position=())])[0] is False
     no_counter = SpecCounters("target", "sglang", span, verify_steps=None, accepted_tokens=None, accepted_per_position=())
-    assert acceptance.agrees_with_counters(records, no_counter)[0] is None
-    silent = records_frame([build_record("c2-same")])
-    assert acceptance.agrees_with_counters(silent, agree) == (
-        None, "no request carries the server's account of speculative decoding")
+    assert spec_account_agrees(records, [no_counter])[0] is None
+    silent = records_frame([build_record("c2-same", sent_at=1_700_000_001.0)])
+    assert spec_account_agrees(silent, [agree]) == (
+        None, "no request of the cell carries the server's account of speculative decoding")
+
+
+def test_a_request_at_the_cells_edge_or_without_an_account_widens_the_range():
+    span = CellSpan(1, "closed", "closed", 1_700_000_010.0, 1_700_000_020.0)
+    records = records_frame([
+        spec_record("closed", steps=50, accepted=100, sent_at=1_700_000_011.0),  # within: counts whole
+        spec_record("warmup", steps=40, accepted=80, sent_at=1_700_000_008.0, total_s=4.0),  # ran across the start
+        spec_record("closed", steps=None, accepted=None, drafts=None, sent_at=1_700_000_012.0, comp=30,
+                    error="http 500"),  # failed: may have been counted, up to its 30 tokens
+        spec_record("closed", steps=30, accepted=60, sent_at=1_700_000_030.0)])  # after the end: never
+    counted = lambda steps, accepted: SpecCounters("target", "vllm", span, verify_steps=steps,  # noqa: E731
+                                                   accepted_tokens=accepted, accepted_per_position=())
+    assert spec_account_agrees(records, [counted(50.0, 100.0)])[0] is True  # the edge's request counted none
+    assert spec_account_agrees(records, [counted(110.0, 200.0)])[0] is True  # all of it, and the failed one's 20
+    ok, detail = spec_account_agrees(records, [counted(160.0, 200.0)])  # more than 50 + 40 + 30 steps: another client
+    assert ok is False and "verify steps" in detail and "2 request(s) at the cell's edges" in detail
+    assert spec_account_agrees(records, [counted(45.0, 100.0)])[0] is False  # fewer than the whole request's 50
 
 
 # --- known answers: the simulator's preset acceptance comes back from the per-request account ---
@@ -169,3 +206,15 @@ def test_report_json_carries_the_section_and_sglang_is_asked_only_as_the_option_
     assert off.returncode == 0, off.stderr[-3000:]
     assert read_records_frame(off_dir)["spec_verify_steps"].isna().all()
     assert {s.key: s for s in run_report([read_run(off_dir)]).sections}["acceptance"].data.empty
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_on_a_healthy_server_the_requests_account_adds_up_to_its_counters_in_every_cell(flavour_runs, flavour):
+    _result, run_dir = flavour_runs[flavour]
+    run = read_run(run_dir)
+    made = {c.cell: c for c in run.checks if c.name == "spec_account"}
+    assert set(made) == set(run.records["cell"]), made  # a check in every cell
+    assert [(c.cell, c.detail) for c in made.values() if c.ok is not True] == []
+    off = read_run(flavour_runs["off"][1])
+    assert {c.ok for c in off.checks if c.name == "spec_account"} == {None}  # no account sent: not made

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loadlib.figures import acceptance
+from loadlib.figures.validity import spec_account_agrees
 from loadlib.record_table import read_records_frame, records_frame
 from loadlib.truth import server_figures
 from loadlib.truth.scrape import parsed, read_scrapes
@@ -44,7 +45,7 @@ def test_a_real_llama_servers_requests_add_up_to_its_counters():
     [counted] = server_figures.spec_counters(recorded_cell())
     assert (counted.verify_steps, counted.accepted_tokens) == (123.0, 387.0)
     assert counted.accepted_per_position == (97.0, 74.0, 63.0, 51.0, 39.0, 29.0, 20.0, 14.0)  # Σ 387
-    ok, detail = acceptance.agrees_with_counters(server_figures.cell_records(records, counted.span), counted)
+    ok, detail = spec_account_agrees(records, [counted])
     assert ok is True, detail
     [row] = acceptance.acceptance_table(records).to_dict("records")
     assert row["accept_length"] == pytest.approx(acceptance.accept_length(123, 387))  # 4.15 tokens per verify step
@@ -90,7 +91,7 @@ def test_a_live_llama_server_reads_the_accept_length_of_its_counters_within_2_pe
     steps = accepted = counted_steps = counted_accepted = 0.0
     for counted in server_figures.spec_counters(read_scrapes(run_dir, server_figures.NAMES_READ)):
         own = server_figures.cell_records(records, counted.span)
-        ok, detail = acceptance.agrees_with_counters(own, counted)
+        ok, detail = spec_account_agrees(records, [counted])
         assert ok is True, detail
         steps += own["spec_verify_steps"].sum()
         accepted += own["spec_accepted_tokens"].sum()

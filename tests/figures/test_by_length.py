@@ -1,5 +1,5 @@
 """Figures by length: bucket edges from the data, TTFT by prompt tokens and decode by completion
-tokens per free-running cell, in the report (not the summary) and as a plot."""
+tokens per free-running cell, in the report (not the summary) and as charts."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 
 from analysis.report import run_report
 from loadlib.figures import free_running
-from loadlib.outputs.png import by_length as by_length_plot
 from loadlib.outputs.text import render_document
 from loadlib.record_table import records_frame
 from loadlib.records import read_records
+from loadlib.report.charts import ChartRun, drawn_charts
 from loadlib.report.summary import summary_document
+from loadlib.run_view import RunView
 from tests.analysis.builders import build_record, build_run
 from tests.profile_runs import run_profile
 
@@ -83,7 +84,7 @@ def test_buckets_hold_percentiles_from_raw_records_of_successful_free_running_re
 def test_a_protocol_only_run_has_no_buckets():
     frame = records_frame([build_record("single"), build_record("c2-same", slot=0)])
     assert free_running.by_length_table(frame).empty
-    assert by_length_plot(build_run([build_record("single")])) is None
+    assert not _by_length_charts([build_record("single")])
 
 
 def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
@@ -98,11 +99,24 @@ def test_buckets_are_in_the_report_and_its_json_but_not_in_the_summary():
     assert rows.columns.tolist() == free_running.BY_LENGTH_COLUMNS
 
 
-def test_the_plot_draws_both_figures_per_cell(tmp_path):
-    figure = by_length_plot(build_run(_by_length_records()))
-    left, right = figure.axes
-    assert left.get_xlabel().startswith("prompt tokens") and right.get_xlabel().startswith("completion tokens")
-    assert [t.get_text() for t in left.get_legend().get_texts()] == ["closed (n=3)", "open (n=1)"]
+def _by_length_charts(records: list[dict]) -> dict[str, dict]:
+    charts = drawn_charts([ChartRun(RunView(records_frame(records), {}, label="run"))])
+    return {chart["id"]: chart for chart in charts if chart["figure"] == "by_length_{run}"}
+
+
+def test_the_charts_draw_both_figures_per_cell_from_the_reports_buckets():
+    records = _by_length_records()
+    charts = _by_length_charts(records)
+    ttft, decode = charts["by-length-ttft"], charts["by-length-decode"]
+    assert ttft["x"]["label"].startswith("prompt tokens") and decode["x"]["label"].startswith("completion tokens")
+    labels = [s["label"] for s in ttft["series"]]
+    assert labels == ["closed: each request", "open: each request", "closed: p50", "open: p50", "closed: p90",
+                      "open: p90"]
+    table = free_running.by_length_table(records_frame(records))
+    rows = table[(table["figure"] == "ttft_s") & (table["cell"] == "closed")]
+    p50 = ttft["series"][labels.index("closed: p50")]
+    assert p50["y"] == pytest.approx(rows["p50"].tolist(), abs=1e-4)  # the report's figures, at each bucket's middle
+    assert p50["x"] == pytest.approx(np.sqrt(rows["low"] * rows["high"]).tolist(), abs=1e-4)
 
 
 # --- a real run ---------------------------------------------------------------------------------

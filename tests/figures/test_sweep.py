@@ -9,8 +9,10 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from loadlib.figures.energy import pooled
 from loadlib.figures.sweep import pooled_accept_length, sweep_rows, sweep_table
 from loadlib.record_table import records_frame
 from loadlib.report.contents import sweep_of
@@ -114,3 +116,32 @@ def test_verdicts_judge_each_configuration_that_served_against_the_first():
     assert verdicts[("mrr=4", "closed TTFT p50 s")]["diff_pct"] == pytest.approx(100, abs=10)
     assert verdicts[("mrr=2-again", "closed TTFT p50 s")]["verdict"] == "not distinguishable"
     assert [row["label"] for row in found["sweep"]] == ["mrr=2", "mrr=3", "mrr=4", "mrr=2-again"]
+
+
+def test_a_sweep_over_draft_tokens_reads_each_configurations_acceptance_by_draft_length_and_energy():
+    # draft=4: 10 steps a request, 4 accepted none, 2 one, 1 two, 3 three: p = 0.6, 0.4, 0.3 -> 1.6, 2.0, 2.3
+    # draft=2: 10 steps, 5 none, 5 one: p = 0.5 -> 1.5
+    records = [{**record, "spec_verify_steps": steps, "spec_accepted_tokens": accepted, "spec_draft_tokens": drafts,
+                "spec_accept_histogram": histogram}
+               for label, steps, accepted, drafts, histogram in (("draft=4", 10, 13, 30, "4,2,1,3"),
+                                                                 ("draft=2", 10, 5, 10, "5,5"))
+               for record in closed(label, 0.5, 100, 25)]
+    view = RunView(records_frame(records), {"sweep": [entry("draft=4", draft=4), entry("draft=2", draft=2)]})
+    table = sweep_table(view.configs).set_index("label")
+    assert table.loc["draft=4", "expected_tokens"] == pytest.approx([1.6, 2.0, 2.3])
+    assert table.loc["draft=2", "expected_tokens"] == pytest.approx([1.5])
+    assert math.isnan(table.loc["draft=4", "tokens_per_joule"])  # no GPU meter
+    sections, _found = sweep_of(view)
+    shown = sections[0].view.set_index("configuration")
+    assert shown.loc["draft=4", "expected tokens/step at draft 1..N"] == "1.60 2.00 2.30"
+    assert "an estimate of acceptance at a shorter draft, not of speed" in sections[0].title
+
+
+def test_energy_pools_every_gpu_together_over_the_cells():
+    table = pd.DataFrame({"gpu": ["0", "1", "all", "0", "1", "all"], "joules": [300.0, 100.0, 400.0, 30.0, 10.0, None],
+                          "completion_tokens": [1000.0] * 3 + [50.0] * 3})
+    # the second cell's sum is unknown (a GPU's counter did not move): 1000 tokens over 400 J
+    assert pooled(table) == {"tokens_per_joule": 2.5, "joules_per_token": 0.4}
+    one = pd.DataFrame({"gpu": ["0", "0"], "joules": [300.0, 100.0], "completion_tokens": [600.0, 200.0]})
+    assert pooled(one) == {"tokens_per_joule": 2.0, "joules_per_token": 0.5}
+    assert all(math.isnan(v) for v in pooled(one.iloc[:0]).values())

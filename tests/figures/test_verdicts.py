@@ -158,3 +158,20 @@ def test_verdicts_table_compares_the_figures_both_runs_have():
     row = table.loc["code decode t/s"]
     assert (row["a"], row["b"], row["diff_pct"], row["verdict"]) == (pytest.approx(203.33, abs=0.01),
                                                                      pytest.approx(203.33, abs=0.01), 0.0, SAME)
+
+
+def test_the_servers_accept_length_is_judged_from_the_requests_that_carry_its_account():
+    def spec(steps, accepted, sent_at):
+        return build_record("single", "code", sent_at=sent_at, spec_verify_steps=steps, spec_accepted_tokens=accepted)
+    # 10 steps keep 40 drafts, 30 keep 30: (110) / 40 = 2.75 tokens a step, each step weighed once
+    a = verdicts.headline_samples(records_frame([spec(10, 40, 1.0), spec(30, 30, 2.0), build_record(sent_at=3.0)]),
+                                  DEFAULT_SLO)
+    sample = a["code accept length (server)"].sample
+    assert sample.n == 2 and sample.value == pytest.approx(2.75)
+    b = verdicts.headline_samples(records_frame([spec(10, 10, float(t)) for t in range(12)]), DEFAULT_SLO)
+    found = verdicts.verdicts_table({k: v for k, v in a.items() if "accept" in k},
+                                    {k: v for k, v in b.items() if "accept" in k})
+    [row] = found.to_dict("records")
+    assert row["b"] == 2.0 and row["diff_pct"] == pytest.approx((2.0 / 2.75 - 1) * 100)
+    assert row["verdict"] == verdicts.SAME  # two requests that disagree (5.0 and 2.0 a step): no telling
+    assert "accept length" not in " ".join(verdicts.headline_samples(records_frame([build_record()]), DEFAULT_SLO))

@@ -11,6 +11,10 @@ import sys
 
 import pytest
 
+from loadlib.figures.capacity import judged_requests, level_block
+from loadlib.figures.formulas import meets_slo
+from loadlib.record_table import records_frame
+from loadlib.records import read_records
 from tests.conftest import FAST_SIM, free_port, run_locust_together
 from tests.profile_runs import run_profiles_together
 
@@ -80,7 +84,10 @@ def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(search_run
     # the moving-block resamples agree with the verdicts (less firmly at a level that was once too close to call)
     held_share = 0.9 if levels[2]["runs"] == 1 else 0.5
     assert table[2]["pass_share_blocks"] >= held_share and table[3]["pass_share_blocks"] <= 1 - held_share
-    assert table[2]["block"] == round(levels[2]["n"] ** (1 / 3))
+    frame = records_frame(read_records(run_dir))
+    level_two = frame[frame["cell"].isin(levels[2]["cells"])].sort_values("sent_at", kind="stable")
+    ok, ttft, decode = judged_requests(level_two)  # the block its requests in send order need
+    assert table[2]["block"] == level_block(ttft, decode, meets_slo(ok, ttft, decode, USERS_SLO_S, None))
     for value, row in table.items():  # closed loop: Little's law weighs the level's users
         seconds = 2 * levels[value]["runs"]  # each run's duration_s
         assert row["delivered_rps"] == pytest.approx(levels[value]["n"] / seconds, rel=0.35)

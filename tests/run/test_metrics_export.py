@@ -109,6 +109,29 @@ def test_gauges_are_read_when_scraped_and_workers_only_shown_with_workers():
     assert get("uni_locust_streams_in_flight", {"run": "r"}) == 0 and get("uni_locust_workers", {"run": "r"}) is None
 
 
+def test_the_servers_account_of_speculative_decoding_and_each_cells_energy_are_live_series():
+    energy = ({"cell": "c2-same", "gpu": "all", "joules": 400.0, "mean_watts": 400.0, "peak_watts": 410.0,
+               "joules_per_token": 0.5, "tokens_per_joule": 2.0, "target": ""},
+              {"cell": "c2-same", "gpu": "1", "joules": None, "mean_watts": None, "peak_watts": 100.0,
+               "joules_per_token": None, "tokens_per_joule": None, "target": ""})
+    metrics = RunMetrics(lambda: LiveState("r", 0, 2, None, 0, energy))
+    metrics.observe(record(spec_verify_steps=10, spec_accepted_tokens=40), "r")
+    metrics.observe(record(spec_verify_steps=30, spec_accepted_tokens=30), "r")
+    metrics.observe(record(), "r")  # no account: no figure of it
+    get = metrics.registry.get_sample_value
+    labels = {"name": "c2-same", "cell": "c2-same", "target": "", "run": "r"}
+    assert get("uni_locust_spec_verify_steps_total", labels) == 40
+    assert get("uni_locust_spec_accepted_tokens_total", labels) == 70
+    assert get("uni_locust_spec_accept_length", labels) == pytest.approx(110 / 40)  # each step weighs once
+    gpu = {"cell": "c2-same", "gpu": "all", "target": "", "run": "r"}
+    assert (get("uni_locust_gpu_energy_joules", gpu), get("uni_locust_gpu_tokens_per_joule", gpu),
+            get("uni_locust_gpu_peak_watts", {**gpu, "gpu": "1"})) == (400.0, 2.0, 100.0)
+    assert get("uni_locust_gpu_energy_joules", {**gpu, "gpu": "1"}) is None  # unknown: no sample, not 0
+    again = {**energy[0], "joules": 500.0}  # the cell ran again: one series, its last figures
+    metrics = RunMetrics(lambda: LiveState("r", 0, 2, None, 0, (*energy, again)))
+    assert metrics.registry.get_sample_value("uni_locust_gpu_energy_joules", gpu) == 500.0
+
+
 # --- bad ports -----------------------------------------------------------------------------------
 
 @pytest.mark.processes

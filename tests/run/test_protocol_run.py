@@ -59,16 +59,21 @@ def test_streams_of_a_round_start_together(protocol_run):
 @pytest.mark.processes
 def test_per_request_figures_match_the_simulators_own_timing(protocol_run):
     _result, run_dir, trace = protocol_run
-    for record in read_records(run_dir):
+    records, decodes_compared = list(read_records(run_dir)), 0
+    for record in records:
         sim = trace[record["request_id"]]
         assert record["completion_tokens"] == sim["completion_tokens"]
         assert record["prompt_tokens"] == sim["prompt_tokens"]
         assert record["chunks"] == sim["chunks"]
         sim_ttft = sim["first_token_at"] - sim["received_at"]
         assert record["ttft_s"] == pytest.approx(sim_ttft, abs=0.01)
+        if record["total_s"] == record["ttft_s"]:
+            continue  # the whole answer in one read (a client late on a loaded machine): no decode rate, as the tool says
         sim_decode = formulas.decode_tps(sim["completion_tokens"], sim["first_token_at"], sim["done_at"])
         client_decode = formulas.decode_tps(record["completion_tokens"], record["ttft_s"], record["total_s"])
         assert client_decode == pytest.approx(sim_decode, rel=0.05)
+        decodes_compared += 1
+    assert decodes_compared >= 0.9 * len(records)
 
 
 @pytest.mark.processes

@@ -63,4 +63,4 @@ def test_the_web_ui_links_to_the_runs_report_html_once_it_has_ended(tmp_path):
     assert reply.status == 200 and reply.headers.get_content_type() == "text/html"
     assert body == (run_dir / "report.html").read_text(encoding="utf-8")
     ids = {record["request_id"] for record in read_records(run_dir)}
-    assert len(ids) == 2 + 2 * 2 * 2 and set(shown["runs"][0]["charts"]["requests"]["columns"]["request_id"]) == ids
+    assert len(ids) == 2 + 2 * 2 * 2 and set(shown["runs"][0]["requests"]["columns"]["request_id"]) == ids

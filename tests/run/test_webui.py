@@ -24,7 +24,7 @@ import pytest
 from loadlib.figures import protocol_tables
 from loadlib.record_table import records_frame
 from loadlib.records import read_records
-from loadlib.report import text
+from loadlib.report import charts, text
 from tests.conftest import LOCUSTFILE, REPO, free_port, protocol_profile
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
@@ -40,9 +40,10 @@ SIM_ARGS = "--time-scale 0.4"
 
 
 @contextmanager
-def started_web_locust(tmp_path: Path, *args: str, workers: int = 2) -> Iterator[tuple[str, Path]]:
-    """`locust -f locustfiles/dflash.py` with its web UI on 127.0.0.1 (`--processes workers` when
-    above 0); yields (url, run dir) and always stops it."""
+def started_web_locust(tmp_path: Path, *args: str, workers: int = 2,
+                       locustfile: Path = LOCUSTFILE) -> Iterator[tuple[str, Path]]:
+    """`locust -f locustfiles/dflash.py` (or `locustfile`) with its web UI on 127.0.0.1
+    (`--processes workers` when above 0); yields (url, run dir) and always stops it."""
     port = free_port()
     run_dir = tmp_path / "r"
     distributed = []
@@ -50,7 +51,7 @@ def started_web_locust(tmp_path: Path, *args: str, workers: int = 2) -> Iterator
         master_port = str(free_port())
         distributed = ["--processes", str(workers), "--master-bind-host", "127.0.0.1",
                        "--master-bind-port", master_port, "--master-port", master_port]
-    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *distributed,
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *distributed,
                "--web-host", "127.0.0.1", "--web-port", str(port), "--run-dir", str(run_dir),
                "--sim-args", SIM_ARGS, "--loglevel", "WARNING", *args]
     log = open(tmp_path / "locust.log", "wb")
@@ -185,9 +186,62 @@ def test_a_run_started_from_the_form_shows_live_figures_that_match_its_records(w
         page.goto(url + "uni/")
         page.get_by_text("Finished: all 4 cells done").wait_for()
         page.locator("#report", has_text="Single stream").wait_for()
-        assert page.locator("#chart-tps polyline.record").count() == 1
-        assert page.locator("#chart-ttft circle.record").count() == len(records)
+        assert live_charts_drawn(page) == [chart.id for chart in charts.CHARTS if chart.live]
+        view = page.request.get(url + "uni/figures.json").json()
+        ttft = next(chart for figure in view["charts"] for chart in figure["charts"] if chart["id"] == "timeline-ttft")
+        by_cell = {s["label"]: len(s["x"]) for s in ttft["series"] if s["label"] != "first tokens as they land (live)"}
+        assert by_cell == {"single: code": 2, "single: en_tech": 2, "c2-same": 4, "c2-different": 4}  # every record
         page.screenshot(path=ARTIFACTS / "webui-live-page.png", full_page=True)
+
+
+def live_charts_drawn(page) -> list[str]:
+    """The live page's charts that have a drawn canvas, in its order."""
+    page.locator("#charts [data-chart] canvas").first.wait_for()
+    found = page.locator("#charts [data-chart]").evaluate_all(
+        "cs => cs.map(c => [c.dataset.chart, c.querySelector('canvas')?.width ?? 0])")
+    return [key for key, width in found if width > 0]
+
+
+# The protocol's locustfile with one chart more, declared as every chart is: the live page draws it too.
+TOY_LOCUSTFILE = """
+from loadlib import ModeUser
+from loadlib.figures import series
+from loadlib.report import charts
+from loadlib.run.shape import ProtocolShape  # noqa: F401
+
+
+class ProtocolUser(ModeUser):
+    pass
+
+
+charts.CHARTS.append(charts.Chart(
+    "toy-completion-tokens", "Toy: completion tokens of each request", "toy", charts.Axis("time", "s"),
+    charts.Axis("completion tokens"), (charts.Series("", lambda run: series.request_points(
+        run.requests, "completion_tokens", run.origin)),), kind="scatter", live=True))
+"""
+
+
+@pytest.mark.processes
+def test_the_live_page_draws_every_chart_declared_live_and_a_new_one(tmp_path):
+    (tmp_path / "toy.py").write_text(TOY_LOCUSTFILE, encoding="utf-8")
+    with started_web_locust(tmp_path, "--rounds", "1", "--scenarios", "code", "--concurrency", "2", "--autostart",
+                            "-u", "2", workers=0, locustfile=tmp_path / "toy.py") as (url, run_dir), \
+            chromium_page() as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url + "uni/")
+        page.get_by_text("Finished: all 3 cells done").wait_for(timeout=40_000)
+        page.wait_for_timeout(1500)  # one more poll, after the last record
+        toy_id = "toy-completion-tokens"
+        assert live_charts_drawn(page) == [*(chart.id for chart in charts.CHARTS if chart.live), toy_id]
+        view = page.request.get(url + "uni/figures.json").json()
+        (toy,) = [chart for figure in view["charts"] for chart in figure["charts"] if chart["id"] == toy_id]
+        drawn = sorted((s["label"], y) for s in toy["series"] for y in s["y"])  # a colour a cell, a point a request
+        records = list(read_records(run_dir))
+        assert drawn == sorted(("single: code" if r["cell"] == "single" else r["cell"], r["completion_tokens"])
+                               for r in records) and len(records) == 5
+        page.screenshot(path=ARTIFACTS / "webui-live-page-toy.png", full_page=True)
+        assert errors == []
 
 
 CLOSED = protocol_profile("closed", 48, duration_s=60, jitter_s=0.2)

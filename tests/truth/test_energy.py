@@ -19,11 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pytest
 from locust.argument_parser import get_parser
 from locust.rpc.protocol import Message
 
 from analysis.report import run_report
+from loadlib.figures import verdicts
 from loadlib.figures.energy import energy_table
 from loadlib.report.document import rows
 from loadlib.run import options
@@ -403,3 +405,36 @@ def test_a_meter_that_cannot_be_read_stops_the_run_before_it_starts(tmp_path, ex
         assert nvml in ("error: --gpu-power nvml: nvidia-ml-py is not installed (pip install -e '.[gpu]')",
                         "error: --gpu-power nvml: NVML did not start (NVML Shared Library Not Found): "
                         "is the NVIDIA driver installed?")
+
+
+def test_a_cells_energy_is_cut_at_its_scrapes_for_the_verdicts():
+    # the cell's 4 requests (512 tokens each) stream from T0 + 1.2 to T0 + 4; every GPU draws 400 W in
+    # all; the counter has not moved at 2 s (the exporter had not collected): that stretch joins the next
+    base = {0: 9_000_000_000, 1: 4_000_000_000}
+    at = lambda s: dcgm_page({0: base[0] + 300_000 * s, 1: base[1] + 100_000 * s}, {0: 300, 1: 100})  # noqa: E731
+    entries = [scrape(0.0, "start", at(0)), scrape(1.0, "interval", at(1)), scrape(2.0, "interval", at(1)),
+               scrape(3.0, "interval", at(3)), scrape(5.0, "end", at(5))]
+    [(span, steps)] = energy.energy_steps(entries).items()
+    assert span.cell == "c4-same"
+    assert steps == [(T0, T0 + 1.0, pytest.approx(400.0)), (T0 + 1.0, T0 + 3.0, pytest.approx(800.0)),
+                     (T0 + 3.0, T0 + 5.0, pytest.approx(800.0))]
+    [found] = verdicts.energy_samples(entries, client_records(chunks=128))
+    assert found.figure == "c4-same tokens/J" and found.sample.n == 3
+    # tokens spread over 1.2 .. 4 s: none in the first second, 1.8 / 2.8 of them in the next stretch
+    assert found.sample.groups[0][:, 0] == pytest.approx([0.0, 2048 * 1.8 / 2.8, 2048 * 1.0 / 2.8])
+    assert found.sample.value == pytest.approx(2048 / 2000)  # the table's tokens per joule
+    assert verdicts.energy_samples([], client_records(chunks=128)) == []
+
+
+def test_in_rounds_each_round_is_a_unit_of_its_tokens_and_the_joules_to_the_next_rounds_start():
+    records = client_records(chunks=128)  # round 0: 4 x 512 tokens, sent at T0 + 1, 3 s each
+    later = records.assign(round=1, sent_at=T0 + 4.5, first_token_at=T0 + 4.7, end_at=T0 + 7.5,
+                           last_token_at=T0 + 7.5)
+    at = lambda s: dcgm_page({0: 9_000_000_000 + 400_000 * s}, {0: 400})  # noqa: E731 (400 W from T0)
+    entries = [scrape(0.0, "start", at(0)), scrape(3.0, "interval", at(3)), scrape(6.0, "interval", at(6)),
+               scrape(8.0, "end", at(8))]
+    [found] = verdicts.energy_samples(entries, pd.concat([records, later], ignore_index=True))
+    # round 0 from the start scrape to round 1's send (4.5 s, 1,800 J); round 1 to the end scrape (3.5 s, 1,400 J)
+    assert found.sample.blocks == (1,)
+    assert found.sample.groups[0].tolist() == [[2048.0, pytest.approx(1800.0)], [2048.0, pytest.approx(1400.0)]]
+    assert found.sample.value == pytest.approx(4096 / 3200)  # the table's figure: every token over the cell's joules
