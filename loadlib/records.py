@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
+
+from loadlib import clock
 
 RECORDS_FILE = "records.jsonl"
 MANIFEST_FILE = "manifest.json"  # beside the journal: what was measured, against what (`loadlib.run.manifest`)
@@ -160,27 +161,28 @@ class RequestRecord(Exchange):
     @classmethod
     def of(cls, label: RequestLabel, exchange: Exchange, request_id: str, worker: int, user: int) -> "RequestRecord":
         """The record of a request that `worker`'s `user` sent: its label's fields, its
-        exchange's, and the wait before it went out where it was meant to go at a time."""
-        sent, scheduled = exchange.sent_at, label.scheduled_at
+        exchange's, and the wait before it went out where it was meant to go at a time. Its
+        `sent_at` is in the coordinator's clock (`loadlib.clock`), as the label's times are."""
+        sent, scheduled = clock.coordinator_time(exchange.sent_at) if exchange.sent_at else 0.0, label.scheduled_at
         return cls._made(label, exchange, request_id, worker, user,
-                         max(sent - scheduled, 0.0) if scheduled is not None and sent else None)
+                         max(sent - scheduled, 0.0) if scheduled is not None and sent else None, sent)
 
     @classmethod
     def lost(cls, label: RequestLabel, body: dict[str, Any], request_id: str, reason: str) -> "RequestRecord":
         """The failed record of a request whose own record can never come (its worker was lost):
         sent, as far as anyone knows, when it was meant to be, by nobody (worker and user -1)."""
         exchange = Exchange.asking(body)
-        exchange.sent_at, exchange.error = label.scheduled_at or time.time(), reason
-        return cls._made(label, exchange, request_id, -1, -1, None)
+        exchange.sent_at, exchange.error = label.scheduled_at or clock.now(), reason
+        return cls._made(label, exchange, request_id, -1, -1, None, exchange.sent_at)
 
     @classmethod
     def _made(cls, label: RequestLabel, exchange: Exchange, request_id: str, worker: int, user: int,
-              queue_s: float | None) -> "RequestRecord":
+              queue_s: float | None, sent_at: float) -> "RequestRecord":
         """The one place a record is made (`of`, `lost`)."""
         return cls(request_id=request_id, worker=worker, user=user, queue_s=queue_s,
                    cache_observed=observed_state(exchange.cached_tokens),
                    **{name: getattr(label, name) for name in LABEL_FIELDS},
-                   **{name: getattr(exchange, name) for name in EXCHANGE_FIELDS})
+                   **{name: getattr(exchange, name) for name in EXCHANGE_FIELDS} | {"sent_at": sent_at})
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the journal keeps it (without the texts), its identity first."""

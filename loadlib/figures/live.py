@@ -14,9 +14,10 @@ the same interval give the tokens-per-chunk ratio that turns the chunk count int
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
+
+from loadlib import clock
 
 TTFT_BUFFER = 4096  # first tokens kept between two snapshots; older ones are dropped (counted)
 
@@ -29,7 +30,7 @@ class LiveCounters:
 
     def __init__(self) -> None:
         self.in_flight = 0  # streams sent and not yet ended (not reset by a snapshot)
-        self._since = time.time()
+        self._since = clock.now()
         self._clear()
         self.ttfts: deque[float] = deque(maxlen=TTFT_BUFFER)
 
@@ -68,7 +69,7 @@ class LiveCounters:
         dropped); `finished`, `failed`: requests that ended; `completion_tokens`,
         `completion_chunks`: usage tokens and chunks of the ended requests that reported usage.
         """
-        now = time.time()
+        now = clock.now()
         snapshot = {
             "at": now, "interval_s": now - self._since, "in_flight": self.in_flight,
             "chunks": self.chunks, "ttfts_s": list(self.ttfts), "first_tokens": self.first_tokens,

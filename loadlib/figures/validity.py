@@ -1,6 +1,9 @@
 """Whether a measured cell's figures can be trusted: a list of checks per cell, each passed,
 failed, or not made (and then why not).
 
+- `clocks` (runs with workers): each worker's clock offset to the master's (`clock_offsets` in the
+  manifest, `loadlib.run.clock_sync`), which its records' times are corrected by, known to within
+  `CLOCK_LIMIT_S` and moving by no more than that between two measurements.
 - `client_headroom`: the client's self-watch (`client_watch` in the manifest, one snapshot per
   process over the whole run) judged by `loadlib.figures.client_limits`: no process short of CPU,
   no event-loop lag that delays timestamps.
@@ -74,9 +77,14 @@ TTFT_SLACK_S = 0.05
 SENT_COLUMNS = ["cell", "sent_at", "first_token_at", "last_token_at", "end_at", "ok", "completion_tokens",
                 "max_tokens", "spec_verify_steps", "spec_accepted_tokens"]
 EDGE_S = 0.25  # the most a request's end (as the client reads it) may trail its end on the server
+# A worker's clock, corrected to the master's, may be off by this much: it moves a round's wall-clock
+# window (streams on several workers) by 1 % of a 1-second round, a tenth of the MISLEAD_LIMIT the
+# overlap check allows, and a request's place against the server's scrapes by 4 % of EDGE_S.
+CLOCK_LIMIT_S = 0.01
 
 CHECKS = {  # name (the JSON's) -> what it compares, in words
     "client_headroom": "client headroom",
+    "clocks": "workers' clocks (against the master's)",
     "tokens": "completion tokens (client against server)",
     "requests": "requests (client against server)",
     "in_flight": "requests in flight (client against server)",
@@ -122,6 +130,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
     steady = {cell[0]: cell for cell in steady_cells}
     cache = cache_state_table(df)
     headroom = client_headroom(manifest)
+    clocks = clocks_agree(manifest)
     watched = manifest.get("server") or {}
     interval_s = (watched.get("metrics") or {}).get("interval_s")
     launch = watched.get("launch") or {}
@@ -149,6 +158,8 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
     for cell in pd.unique(df["cell"]):
         cell = str(cell)
         checks.append(Check(cell, "client_headroom", *headroom))
+        if clocks is not None:
+            checks.append(Check(cell, "clocks", *clocks))
         checks.append(Check(cell, "failed_requests", *failed[cell]))
         spans = _spans(cell, servers)
         if not spans and not whole_run:
@@ -210,6 +221,37 @@ def client_headroom(manifest: Mapping[str, Any]) -> Verdict:
         return False, "the client may have limited the figures (over the whole run): " + "; ".join(reasons)
     return True, (f"{len(snapshots)} client process(es) with CPU to spare and event-loop lag p99 under "
                   f"{LAG_LIMIT_S * 1000:.0f} ms (over the whole run)")
+
+
+def clocks_agree(manifest: Mapping[str, Any]) -> Verdict | None:
+    """Whether every worker's clock was known to the master's within `CLOCK_LIMIT_S`: measured,
+    to within that (half the shortest round trip of a burst), and never moving by more than that
+    between two measurements (its records between them carry the older offset). None for a run
+    without workers: one process, one clock."""
+    workers = manifest.get("clock_offsets")
+    if workers is None:
+        return None
+    limit_ms = CLOCK_LIMIT_S * 1000
+    faults, offsets = [], []
+    for worker in workers:
+        name = f"worker {worker.get('index')} ({worker.get('worker')})"
+        if not worker.get("measurements"):
+            faults.append(f"{name}: its clock was never measured (its records' times are its own clock's)")
+            continue
+        offsets.append(f"{worker['offset_s'] * 1000:+.1f}")
+        if worker["uncertainty_s"] > CLOCK_LIMIT_S:
+            faults.append(f"{name}: offset {worker['offset_s'] * 1000:+.1f} ms known only to "
+                          f"±{worker['uncertainty_s'] * 1000:.1f} ms (half the shortest round trip to the master)")
+        if worker["largest_step_s"] > CLOCK_LIMIT_S:
+            faults.append(f"{name}: its clock drifted {worker['largest_step_s'] * 1000:.1f} ms between two "
+                          f"measurements ({worker['drift_s'] * 1000:+.1f} ms over the test)")
+    if faults:
+        return False, f"clock off the master's by more than {limit_ms:.0f} ms: " + "; ".join(faults)
+    if not workers:
+        return None, "no worker's clock in the manifest (clock_offsets is empty)"
+    worst = max(max(w["uncertainty_s"], w["largest_step_s"]) for w in workers) * 1000
+    return True, (f"{len(workers)} worker clock(s) corrected to the master's (offsets {', '.join(offsets)} ms), "
+                  f"each within ±{worst:.1f} ms (limit {limit_ms:.0f} ms)")
 
 
 def tokens_agree(df: pd.DataFrame, sources: Sequence[ServerCell]) -> Verdict:

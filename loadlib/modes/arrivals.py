@@ -10,13 +10,13 @@ arrival with no free user waits on the client, and that wait is its record's `qu
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import gevent
 from gevent.queue import Queue
 
+from loadlib import clock
 from loadlib.modes.base import ModeState
 from loadlib.scenarios import Cell, Mix, Scenario
 
@@ -76,7 +76,7 @@ class ArrivalSlots(ModeState):
 
     def put_when_due(self, arrivals: Iterable[Arrival]) -> None:
         for arrival in arrivals:
-            gevent.sleep(max(arrival.at - time.time(), 0.0))
+            gevent.sleep(max(arrival.at - clock.now(), 0.0))
             self.queue.put(arrival)
 
     def close(self) -> None:

@@ -15,7 +15,6 @@ manifest. Local and distributed runs give the same `Coordination`.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, ge
 import gevent
 from gevent.event import Event
 
+from loadlib import clock
 from loadlib.records import RequestLabel
 from loadlib.scenarios import Cell, Job, Scenario
 
@@ -209,7 +209,7 @@ class Driver:
         """The scenario's priming and calibration, as unmeasured requests one at a time to `target`."""
         def send(jobs: list[Job], purpose: str) -> list[dict[str, Any]]:
             cell = Cell(purpose, purpose, scenario, 1, target=target, measured=False)
-            return [self.play_batch([self.assign(job, cell, time.time(), 0)], purpose)[0] for job in jobs]
+            return [self.play_batch([self.assign(job, cell, clock.now(), 0)], purpose)[0] for job in jobs]
         scenario.prepare(send)
 
     def flush_cache(self, target: str = "") -> None:
@@ -240,12 +240,12 @@ class Driver:
         and to stay ended for `settle_s` (a worker reports its requests in flight with each batch
         of records, so a count of 0 is believed once a batch sent after the last request came)."""
         quiet_since: float | None = None
-        while time.time() < deadline:
+        while clock.now() < deadline:
             if self.run.streams_in_flight() > 0:
                 quiet_since = None
             elif quiet_since is None:
-                quiet_since = time.time()
-            if quiet_since is not None and time.time() - quiet_since >= self.run.settle_s:
+                quiet_since = clock.now()
+            if quiet_since is not None and clock.now() - quiet_since >= self.run.settle_s:
                 return
             gevent.sleep(0.05)
 

@@ -9,7 +9,6 @@ sent to its process, one at a time, and sends each at its start time.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,6 +16,7 @@ import gevent
 from gevent.queue import Empty, Queue
 from pydantic import Field, PositiveInt
 
+from loadlib import clock
 from loadlib.modes.base import (Assignment, Coordination, Driver, LoadMode, ModeState, Phase, alternate, by_position,
                                 target_labels)
 from loadlib.scenarios import COLD, Cell, build_scenarios
@@ -66,7 +66,7 @@ class RoundsDriver(Driver):
                 self.end_cell(each)
 
     def _play_round(self, cell: Cell, index: int) -> None:
-        start_at = time.time() + self.run.lead_time_s
+        start_at = clock.now() + self.run.lead_time_s
         jobs = [cell.scenario.next(slot) for slot in range(cell.concurrency)]
         self.phase = Phase("running", cell.name, cell.case, cell.concurrency, index, cell.rounds,
                            jobs[0].scenario if cell.case == SINGLE else None, target=cell.target)
@@ -90,7 +90,7 @@ class RoundsState(ModeState):
             assignment: Assignment = self.assignments.get(timeout=1.0)
         except Empty:
             return
-        delay = assignment.start_at - time.time()
+        delay = assignment.start_at - clock.now()
         if delay > 0:
             gevent.sleep(delay)
         user.send(assignment.body, assignment.label, request_id=assignment.request_id, urgent=True)

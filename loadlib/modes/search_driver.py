@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
@@ -17,6 +16,7 @@ import gevent
 from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, ValidationInfo, field_validator,
                       model_validator)
 
+from loadlib import clock
 from loadlib.modes.arrivals import ArrivalSlots
 from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, ModeState, Phase, target_labels
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
@@ -171,7 +171,7 @@ class SearchDriver(Driver):
         if self.mix.cache == COLD:
             self.flush_cache(self.target)
         while (step := self.search.next_step()) is not None:
-            start = time.time() + LEVEL_LEAD_S if self.timeline.spans else self.timeline.started_at
+            start = clock.now() + LEVEL_LEAD_S if self.timeline.spans else self.timeline.started_at
             cell = self._run_level(step.value, step.cell, start)
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
             records = (record for record in self.run.records()
@@ -209,10 +209,10 @@ class SearchDriver(Driver):
         note = f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}"
         self.phase = Phase("running", name, CASE, concurrency, duration_s=spans[-1].end - start, started_at=start,
                            note=note, target=self.target)
-        gevent.sleep(max(measured_start - time.time(), 0.0))
+        gevent.sleep(max(measured_start - clock.now(), 0.0))
         self.run.cell_events.fire(cell=cell, phase="start")
-        gevent.sleep(max(spans[-1].end - time.time(), 0.0))
-        self.drain(time.time() + self.run.request_timeout_s + 5)
+        gevent.sleep(max(spans[-1].end - clock.now(), 0.0))
+        self.drain(clock.now() + self.run.request_timeout_s + 5)
         self.end_cell(cell)
         return cell
 

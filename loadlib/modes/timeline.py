@@ -9,13 +9,13 @@ unmeasured "warmup" cell.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 import random
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 
+from loadlib import clock
 from loadlib.modes.base import Coordination, Driver, LoadMode, ModeState, alternate, target_labels
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
@@ -104,11 +104,11 @@ class TimedDriver(Driver):
             for target in dict.fromkeys(cell.target for cell in self.plan):
                 self.flush_cache(target)
         for cell, start, end in self.timeline.bounds():
-            gevent.sleep(max(start - time.time(), 0.0))
+            gevent.sleep(max(start - clock.now(), 0.0))
             self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
-            gevent.sleep(max(end - time.time(), 0.0))
+            gevent.sleep(max(end - clock.now(), 0.0))
             if cell is self.timeline.cells[-1]:
-                self.drain(time.time() + self.run.request_timeout_s + 5)
+                self.drain(clock.now() + self.run.request_timeout_s + 5)
             self.end_cell(cell)
 
     def users_wanted(self, now: float) -> int:
@@ -129,7 +129,7 @@ class ScenarioStreams(ModeState):
         gevent.sleep(random.uniform(0.0, self.jitter_s))  # first requests spread, not one burst
 
     def step(self, user: "ScenarioUser") -> None:
-        now = time.time()
+        now = clock.now()
         cell = self.cells.cell_at(now)
         if cell is None or (self.levelled and user.stream >= cell.concurrency):
             gevent.sleep(max(min(self.cells.next_change(now) - now, 0.5), 0.01))

@@ -20,9 +20,10 @@ from loadlib.report.document import Section
 from loadlib.truth import server_figures
 
 COLUMNS = ["cell", "name", "ok", "detail"]
-WHAT = ("per cell: client headroom; failed requests; completion tokens, requests and requests in flight, client "
-        "against server; accept length against tok/chunk; speculative decoding, the requests' account against the "
-        "server's counters; in rounds of N streams whether they ran together "
+WHAT = ("per cell: client headroom; with workers, their clocks against the master's; failed requests; completion "
+        "tokens, requests and requests in flight, client against server; accept length against tok/chunk; "
+        "speculative decoding, the requests' account against the server's counters; in rounds of N streams whether "
+        "they ran together "
         "(overlap); Little's law in free-running cells; cache state where a cell meant one")
 
 

@@ -113,9 +113,12 @@ class EarlyStop:
     def see_lines(self, lines: bytes) -> None:
         """A worker's batch; only failed records are parsed, unless a streak may end in this batch or
         a target has not answered yet (its successes are what makes its later silence news)."""
-        split = lines.split(b"\n")
         if not (self.first.watching or self.streaks.active or self._targets - self.streaks.answered):
-            split = [line for line in split if b'"error":null' not in line]
+            if lines.count(b'"error":null') == lines.count(b"\n") + 1:
+                return  # every request of the batch succeeded: nothing to look at, record by record
+            split = [line for line in lines.split(b"\n") if b'"error":null' not in line]
+        else:
+            split = lines.split(b"\n")
         if split:
             self.see([orjson.loads(line) for line in split])
 

@@ -86,9 +86,10 @@ def opening_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan:
 
 
 def close_manifest(manifest: dict[str, Any], finished: bool, cut_short: str | None, lost: list[Any],
-                   client_watch: list[dict[str, Any]], cache_flushes: dict[str, int]) -> None:
+                   client_watch: list[dict[str, Any]], cache_flushes: dict[str, int],
+                   clock_offsets: list[dict[str, Any]] | None = None) -> None:
     """The manifest's end: when, whether the plan was done (and if not, why), the workers lost,
-    the client's self-watch and the prefix-cache flushes."""
+    the client's self-watch, the prefix-cache flushes and the workers' clock offsets."""
     manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest["finished"] = finished
     if cut_short:
@@ -98,6 +99,8 @@ def close_manifest(manifest: dict[str, Any], finished: bool, cut_short: str | No
     manifest["client_watch"] = client_watch
     if cache_flushes:
         manifest["cache_flushes"] = cache_flushes
+    if clock_offsets is not None:
+        manifest["clock_offsets"] = clock_offsets
 
 
 def client_host() -> dict[str, Any]:

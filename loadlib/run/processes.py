@@ -76,6 +76,11 @@ class UserProcesses:
         """Each process's self-watch figures (`loadlib.run.selfwatch`), the master's too."""
         raise NotImplementedError
 
+    def clock_offsets(self) -> list[dict[str, Any]] | None:
+        """Each worker's clock offset to this process's (`loadlib.run.clock_sync`); None when
+        the users run in this process (one clock)."""
+        return None
+
     def end(self) -> None:
         """The test ends: wait (bounded) for what the processes still have to send."""
 

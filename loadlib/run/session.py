@@ -13,7 +13,6 @@ of the session is its own.
 from __future__ import annotations
 
 import logging
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from locust import stats as locust_stats
 from locust.env import Environment
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
+from loadlib import clock
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
@@ -95,7 +95,7 @@ class RunSession:
             return self.streams.edited
         driver = self.driver
         if driver is not None and not driver.finished.is_set():
-            return driver.users_wanted(time.time())
+            return driver.users_wanted(clock.now())
         users = self._opts.num_users or 1
         return users if self.profile is None else self.mode.first_users(self.profile.load, users)
 
@@ -181,13 +181,13 @@ class RunSession:
         if model_warning:
             log.warning("%s", model_warning)
         return RunConfig(self.mode.name, request_settings(profile, opts, model, api_key, models.owned_by.get(model)),
-                         users, time.time() + 0.5,
+                         users, clock.now() + 0.5,
                          profile, self.users.worker_ids(), models.context_tokens.get(model), targets), model_warning
 
     def _unserved(self, profile: Profile | None, users: int) -> RunConfig:
         """A test's configuration before it has a server: its settings, no model yet."""
         settings = request_settings(profile, self._opts, "", api_key_of(self._opts))
-        return RunConfig(self.mode.name, settings, users, time.time(), profile, self.users.worker_ids())
+        return RunConfig(self.mode.name, settings, users, clock.now(), profile, self.users.worker_ids())
 
     def serve(self, profile: Profile) -> float:
         """A sweep's next server: `profile` (its one target) to every process from now on, its
@@ -248,7 +248,8 @@ class RunSession:
         if driver is not None and driver.stopped and not self.cut_short:
             self.cut_short = driver.stopped
         close_manifest(self.manifest, driver is not None and driver.plan_done(), self.cut_short, self.users.lost,
-                       self.users.selfwatch(), dict(driver.cache_flushes()) if driver is not None else {})
+                       self.users.selfwatch(), dict(driver.cache_flushes()) if driver is not None else {},
+                       self.users.clock_offsets())
         write_manifest(self.run_dir, self.manifest)  # final before rendering: the report reads the same
         if self._intake is not None:
             self._intake.close()

@@ -34,6 +34,7 @@ from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
 from loadlib.records import RECORDS_FILE
 from loadlib.run import metrics_export, options, otel_export
+from loadlib.run.clock_sync import WorkerClock
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.inputs import (api_key_of, check_gpu_power, check_run_dir_free, refuse_load_mode_options,
                                 refuse_profile_settings, run_profile, usage_error)
@@ -162,8 +163,12 @@ def _sigterm_like_ctrl_c() -> None:
 
 def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun) -> None:
     """A worker: each test's configuration, the mode's announcements and the rounds' assignments
-    come from the master; its records and self-watch figures (with its pid) go back."""
+    come from the master; its records and self-watch figures (with its pid) go back. Its clock's
+    offset to the master's is measured from its start, again at each test's start and end, and
+    every 30 s (`loadlib.run.clock_sync`)."""
     attach(environment, run)
+    worker_clock = WorkerClock(runner)
+    worker_clock.start()
     api_key = api_key_of(environment.parsed_options)
     locustfile_classes = list(environment.user_classes)
 
@@ -173,13 +178,15 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
             environment.user_classes = mode_user_classes(config.load_mode.user_kind(config.profile.load),
                                                          config.profile, locustfile_classes)
         run.start(config)
+        gevent.spawn(worker_clock.measure)  # the pongs come on this very greenlet: measured beside it
 
     def drain() -> None:
-        """The test ended: once this process's requests in flight have ended (bounded), its last
-        records go to the master, then word that they went."""
+        """The test ended: once this process's requests in flight have ended (bounded), its clock's
+        last offset and its last records go to the master, then word that they went."""
         deadline = time.monotonic() + FINAL_BATCHES_WAIT_S
         while run.watch.in_flight and time.monotonic() < deadline:
             gevent.sleep(0.02)
+        worker_clock.measure()
         run.sink.flush()
         runner.send_message(DRAINED_MESSAGE, None)
 

@@ -27,6 +27,7 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 
 from loadlib.modes import Assignment
 from loadlib.records import RequestRecord
+from loadlib.run.clock_sync import ClockOffsets
 from loadlib.run.config import RunConfig
 from loadlib.run.processes import LostWorker, UserProcesses
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, FLUSH_S, MODE_MESSAGE,
@@ -63,6 +64,8 @@ class WorkerUsers(UserProcesses):
         self._users_by_worker: dict[str, int] = {}
         self._watcher: gevent.Greenlet | None = None
         self._testing = False  # between begin and end: a worker lost then is the test's loss
+        self.clocks = ClockOffsets(self.runner)
+        self._workers: tuple[str, ...] = ()  # the test's workers in share order (its records' `worker`)
         self.runner.register_message(RECORDS_MESSAGE, self._on_records)
         self.runner.register_message(DRAINED_MESSAGE, lambda msg, **_: self._drained.add(msg.node_id))
         self.runner.register_message(PID_MESSAGE, lambda msg, **_: self.pid_by_worker.__setitem__(msg.node_id, msg.data))
@@ -73,7 +76,10 @@ class WorkerUsers(UserProcesses):
 
     def begin(self, config: RunConfig) -> None:
         self.held, self.in_flight_by_worker, self.lost = {}, {}, []
+        self.clocks.begin()
+        self._workers, measured = config.workers, self.clocks.counts()
         self.runner.send_message(CONFIG_MESSAGE, config.to_message())
+        self.clocks.wait(config.workers, measured)  # each worker measures its clock on the configuration
         self.master_watch.start()
         self._testing = True
         if self._watcher is None:
@@ -105,6 +111,9 @@ class WorkerUsers(UserProcesses):
 
     def selfwatch(self) -> list[dict[str, Any]]:
         return [*self.selfwatch_by_worker.values(), {**self.master_watch.snapshot(), "role": "master"}]
+
+    def clock_offsets(self) -> list[dict[str, Any]]:
+        return self.clocks.described(self._workers)
 
     def end(self) -> None:
         """Asks every worker still alive for its last records, and waits (bounded) until each has
