@@ -415,9 +415,10 @@ def spec_account_agrees(df: pd.DataFrame, sources: Sequence[SpecCounters]) -> Ve
     request without an account (a failed one, one that drafted nothing), from none of its steps to
     all of them (a step makes a token at least: its completion tokens, else its `max_tokens`).
     llama-server sends no verify steps: the reader counts its target passes
-    (`loadlib.wire.sse.spec_account`), and a request's last pass has no draft when a single token
-    is left, so its counter of drafts may count one a request fewer. Not made where no request
-    of the span carries an account, or the server keeps neither counter."""
+    (`loadlib.wire.sse.spec_account`), each of them, while its counter counts the passes that
+    verified a draft (with n-gram drafting a few in a thousand; a draft model's last pass has none
+    when a single token is left): the counter is at most the requests' passes. Not made where no
+    request of the span carries an account, or the server keeps neither counter."""
     verdicts = []
     for source in sources:
         who = "" if len(sources) == 1 else f"{source.source}: "
@@ -434,16 +435,16 @@ def spec_account_agrees(df: pd.DataFrame, sources: Sequence[SpecCounters]) -> Ve
             comp = df["completion_tokens"].to_numpy(dtype=float)
             most = np.where(np.isnan(comp), df["max_tokens"].to_numpy(dtype=float), comp)
             unknown = (sure | either) & ~accounted
-            undrafted = float((accounted & sure).sum()) if source.flavour == LLAMACPP.name else 0.0
             found = []
             for what, column, count in pairs:
                 own = np.nan_to_num(df[column].to_numpy(dtype=float))
                 low = float(own[sure & accounted].sum())
                 high = low + float(own[either & accounted].sum()) + float(np.nan_to_num(most[unknown], nan=np.inf).sum())
                 estimate = float(own[(sure | (either & ended)) & accounted].sum())
-                slack = undrafted if what == "verify steps" else 0.0
-                found.append(_agree(count, max(low - slack, 0.0), high, estimate, int((either | unknown).sum()),
-                                    f"{what} by the requests' account"))
+                label = f"{what} by the requests' account"
+                if what == "verify steps" and source.flavour == LLAMACPP.name:
+                    low, label = 0.0, "target passes by the requests' account (the server counts those with a draft)"
+                found.append(_agree(count, low, high, estimate, int((either | unknown).sum()), label))
             ok = False if any(v[0] is False for v in found) else True
             verdicts.append((ok, who + "; ".join(detail for v_ok, detail in found if v_ok is ok)))
     failed = [v for v in verdicts if v[0] is False]
