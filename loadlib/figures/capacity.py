@@ -45,7 +45,6 @@ the growth decides.
 from __future__ import annotations
 
 import math
-import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -73,10 +72,24 @@ def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft
     """Per row of (resampled) requests: TTFT's `ttft_q` quantile, decode's `decode_q` quantile
     (its slow tail) and the goodput share, as 3 x rows; NaN where a row has no value to take a
     quantile of (failures only)."""
-    with warnings.catch_warnings():  # an all-NaN row warns; NaN is its answer
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.vstack([np.nanquantile(ttft, ttft_q, axis=1), np.nanquantile(decode, decode_q, axis=1),
-                          meets.mean(axis=1)])
+    return np.vstack([row_quantiles(ttft, ttft_q), row_quantiles(decode, decode_q), meets.mean(axis=1)])
+
+
+def row_quantiles(values: np.ndarray, q: float) -> np.ndarray:
+    """Each row's `q` quantile, NaN left out (NaN for a row of NaN only): `np.nanquantile(values,
+    q, axis=1)`, linear between order statistics as it is, without its loop over rows, which made
+    the live search's judgement of a level cost the master most of a second."""
+    if not np.isnan(values).any():
+        return np.quantile(values, q, axis=1)
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    present = (~np.isnan(ordered)).sum(axis=1)
+    position = q * np.maximum(present - 1, 0)
+    below = np.floor(position).astype(int)
+    above = np.minimum(below + 1, np.maximum(present - 1, 0))
+    rows = np.arange(len(ordered))
+    low, high = ordered[rows, below], ordered[rows, above]
+    found = low + (position - below) * (high - low)
+    return np.where(present > 0, found, np.nan)
 
 
 def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
