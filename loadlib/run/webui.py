@@ -170,8 +170,9 @@ class LiveFigures:
         saved = session.run_dir / "summary.txt"
         if saved.exists():
             return saved.read_text(encoding="utf-8")
+        running = {key: value for key, value in session.manifest.items() if key != "ended_at"}  # not cut short: running
         return (f"Run in progress ({session.record_count} requests so far); run files: {session.run_dir}\n\n"
-                + render_summary(self.records(), session.manifest, session.run_dir) + "\n")
+                + render_summary(self.records(), running, session.run_dir) + "\n")
 
     def report_page(self) -> Response:
         """The run's report.html once its end has written it; until then, why there is none."""

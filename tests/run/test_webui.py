@@ -364,6 +364,9 @@ def test_live_figures_show_streams_in_flight_before_any_request_has_ended(tmp_pa
         assert view["live"]["in_flight"][-1] == 4 and max(view["live"]["tokens_per_s"]) > 0
         assert len(view["live"]["ttft"]) == 4 and all(0 < v < 5 for _t, v in view["live"]["ttft"])
         assert "live: 4 streams in flight" in view["phase"]
+        with urllib.request.urlopen(url + "uni/report", timeout=10) as reply:
+            report = reply.read().decode()
+        assert report.startswith("Run in progress") and "CUT SHORT" not in report  # running, not cut short
 
 
 @pytest.mark.processes
