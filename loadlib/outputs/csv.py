@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 HELP = "one tidy CSV: section,row,column,value"  # the command line's words for it
 
+
 def render(reading: Reading) -> str:
     return render_document(reading.document)
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 HELP = "JSON, full precision"  # the command line's words for it
 
+
 def render(reading: Reading) -> str:
     return render_document(reading.document)
 

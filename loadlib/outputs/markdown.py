@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 HELP = "Markdown tables for posting"  # the command line's words for it
 
+
 def render(reading: Reading) -> str:
     return render_document(reading.document)
 

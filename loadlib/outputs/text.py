@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 HELP = "plain text, as the summary prints it"  # the command line's words for it
 
+
 def render(reading: Reading) -> str:
     return render_document(reading.document)
 
