@@ -20,6 +20,7 @@ import bisect
 import itertools
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
@@ -311,7 +312,8 @@ def install(environment: Environment, session_of: Callable[[], RunNow | None]) -
     try:
         server.init_socket()
     except OSError as exc:
-        usage_error(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}")
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # gevent's strerror repeats the address
+        usage_error(f"--metrics-port {port}: cannot listen on {host}:{port}: {reason}")
     server.start()
     log.info("Live metrics for Prometheus: http://%s:%d/metrics", host, port)
     events.record.add_listener(lambda record, **_: metrics.observe(record, session_of().run_dir.name))
