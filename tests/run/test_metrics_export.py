@@ -158,9 +158,8 @@ def test_a_bad_metrics_port_is_one_line_and_exit_code_2(tmp_path):
     taken.listen()
     try:
         for port, said in (("70000", "must be a port from 1 to 65535, got 70000"),
-                           (str(taken.getsockname()[1]),
-                            f"--metrics-port {taken.getsockname()[1]}: cannot listen on 127.0.0.1:{taken.getsockname()[1]}: "
-                            "Address already in use")):
+                           (str(port := taken.getsockname()[1]),
+                            f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}: Address already in use")):
             (tmp_path / "own.py").write_text(OWN_LOCUSTFILE)
             proc = subprocess.run([sys.executable, "-m", "locust", "-f", "own.py", "--headless", "-t", "2s",
                                    "--metrics-port", port, "--host", "http://127.0.0.1:9"], cwd=tmp_path,
