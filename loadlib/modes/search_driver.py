@@ -292,8 +292,9 @@ class AlternatingSearches(DriverOfDrivers):
 
 
 def search_first_users(load: SearchLoad, users: int) -> int:
-    """A users search spawns its start; a rate search all its free users."""
-    return min(int(load.start), users) if load.variable == "users" else users
+    """A users search spawns its start; a sessions search as many (its lanes' users are at least
+    that: more would be stopped, whichever Locust picks, mid-turn); a rate search all its free users."""
+    return users if load.variable == "rate" else min(int(load.start), users)
 
 
 class LevelledStreams(ScenarioStreams):
