@@ -258,14 +258,15 @@ class SessionsSearchDriver(SearchDriver):
         cell = Cell(name, CASE, self.mix, lanes, duration_s=self.load.duration_s, target=self.target)
         if not self.plan and not self.lanes.measure_prompts(cell):
             self.stopped = self.lanes.stopped
+            return cell
         self.plan.append(cell)
-        log.info("search: level %d, %d session%s", len(self.search.order) + 1, lanes, "s" * (lanes != 1))
+        log.info("search: %slevel %d, %d session%s", f"{self.target}: " if self.target else "",
+                 len(self.search.order) + 1, lanes, "s" * (lanes != 1))
         self.phase = Phase("running", name, CASE, lanes, duration_s=self.load.duration_s, started_at=time.time(),
                            note=f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}",
                            target=self.target)
-        if self.stopped is None:
-            self.lanes.play_cell(cell, salt=f"|{name}")
-            self.stopped = self.lanes.stopped
+        self.lanes.play_cell(cell, salt=f"|{name}")
+        self.stopped = self.lanes.stopped
         return cell
 
 
