@@ -116,6 +116,9 @@ class Profile(Strict):
     @field_validator("targets")
     @classmethod
     def _distinct_labels(cls, targets: list[TargetSpec], info: ValidationInfo) -> list[TargetSpec]:
+        if len(targets) > 1 and isinstance(info.data.get("load"), SearchLoad) \
+                and info.data["load"].variable == "sessions":
+            raise ValueError("a search over sessions measures one server: search each target in a run of its own")
         labels = [target.label for target in targets]
         repeated = next((label for label in labels if labels.count(label) > 1), None)
         if repeated is not None:
@@ -147,10 +150,12 @@ class Profile(Strict):
         if not trace and not scenarios and "load" in info.data:
             raise ValueError("name at least one scenario")
         agents = [name for name, spec in scenarios.items() if spec.kind == AGENT_TRACE_KIND]
-        if isinstance(info.data.get("load"), SessionsLoad) and (len(agents) != 1 or len(scenarios) != 1):
-            raise ValueError(f"the sessions mode plays one scenario of kind {AGENT_TRACE_KIND} and no other")
-        if agents and "load" in info.data and not isinstance(info.data["load"], SessionsLoad):
-            raise ValueError(f"{agents[0]}: kind {AGENT_TRACE_KIND} is played by mode = \"sessions\" only")
+        sessions = plays_sessions(info.data.get("load"))
+        if sessions and (len(agents) != 1 or len(scenarios) != 1):
+            raise ValueError(f"{sessions} plays one scenario of kind {AGENT_TRACE_KIND} and no other")
+        if agents and "load" in info.data and not sessions:
+            raise ValueError(f"{agents[0]}: kind {AGENT_TRACE_KIND} is played by mode = \"sessions\" and a search "
+                             f"with variable = \"sessions\" only")
         return scenarios
 
     @field_validator("scenarios", mode="before")
@@ -160,6 +165,15 @@ class Profile(Strict):
             return scenarios
         return {name: {"kind": name, **spec} if isinstance(spec, dict) and "kind" not in spec else spec
                 for name, spec in scenarios.items()}
+
+
+def plays_sessions(load: Any) -> str:
+    """Which load replays agent sessions, in words ("" for one that does not)."""
+    if isinstance(load, SessionsLoad):
+        return "the sessions mode"
+    if isinstance(load, SearchLoad) and load.variable == "sessions":
+        return "a search over sessions"
+    return ""
 
 
 def load_profile(path: str | Path) -> Profile:

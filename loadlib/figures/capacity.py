@@ -23,7 +23,8 @@ so its throughput times its mean latency should come to N (short of it, the stre
 between requests: the client, not the server, may have set the pace); an open loop offers
 lambda requests/s, so lambda times the mean latency should come to the mean in flight measured
 (above it, the requests ended more slowly than they arrived: a queue building up, not a steady
-level). `LITTLE_TOLERANCE` is the agreement asked for.
+level). `LITTLE_TOLERANCE` is the agreement asked for. A level of N agent sessions sets neither:
+a lane idles between turns while its agent thinks, so it is not checked.
 
 What a user waits for (`judged_requests`): where a level's requests were sent on a schedule (a
 search over a rate: their records carry the wait for a free user, `queue_s`), TTFT is judged from
@@ -324,6 +325,9 @@ class Little:
         return None if math.isnan(self.gap) else abs(self.gap) <= LITTLE_TOLERANCE
 
 
+NO_LAW = Little(math.nan, math.nan, math.nan)  # a level of agent sessions: think time keeps no stream busy
+
+
 def littles_law(level: Flow, users: float | None = None, offered_rps: float | None = None) -> Little:
     """Little's law at a level of `users` closed-loop streams (L = the users, lambda = the
     throughput), or of an open-loop rate `offered_rps` (L = the mean in flight, lambda = that rate)."""
@@ -356,7 +360,7 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
     if not levels:
         return pd.DataFrame(columns=LEVEL_COLUMNS)
     criteria = Slo.of(search.get("slo"))
-    users = search.get("variable") == "users"
+    variable = search.get("variable")
     if cells is None:
         cells = [steady_cell(str(name), group)
                  for name, group in df.groupby("cell", sort=False, observed=True)] if len(df) else []
@@ -371,16 +375,17 @@ def level_table(df: pd.DataFrame, search: Mapping[str, Any] | None,
         block = level_block(ttft, decode, meets_slo(ok, ttft, decode, criteria.ttft_s, criteria.decode_tps))
         share = slo_met_share(ok, ttft, decode, criteria, level_seed(level["cells"]), block)
         measured = level_flow(found)
-        law = (littles_law(measured, users=level["value"]) if users
-               else littles_law(measured, offered_rps=level["value"]))
+        law = (littles_law(measured, users=level["value"]) if variable == "users"
+               else littles_law(measured, offered_rps=level["value"]) if variable == "rate" else NO_LAW)
         rows.append({"value": level["value"], "n": n, "block": block if n else None,
                      "resamples": RESAMPLES if n else 0, "pass_share_blocks": share, "window_s": measured.window_s,
-                     **_delivered(measured, None if users else delivery(frame, level["value"]), users),
+                     **_delivered(measured, delivery(frame, level["value"]) if variable == "rate" else None,
+                                  variable != "rate"),
                      "throughput_rps": measured.throughput_rps,
                      "latency_s": measured.latency_s, "in_flight": measured.in_flight,
                      "little_in_flight": law.in_flight, "little_rate_rps": law.rate_rps,
                      "little_expected_in_flight": law.expected_in_flight, "little_gap": law.gap,
-                     "little_holds": law.holds if measured.n else None})
+                     "little_holds": law.holds if measured.n and law is not NO_LAW else None})
     return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
 
 

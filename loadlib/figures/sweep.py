@@ -147,7 +147,7 @@ def config_figures(run: ConfigRun) -> dict[str, Any]:
 def capacity_figures(df: pd.DataFrame, search: Mapping[str, Any] | None,
                      cells: list[free_running.SteadyCell] | None = None) -> dict[str, Any]:
     """A configuration's capacity search: its best level (`capacity`, in `capacity_variable`:
-    users or rate) and the req/s delivered there (`capacity_rps`); none without a search. `cells`:
+    users, rate or sessions) and the req/s delivered there (`capacity_rps`); none without a search. `cells`:
     the records' steady windows, where known (`level_table`)."""
     if not search or search.get("best") is None:
         return {}

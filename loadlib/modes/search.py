@@ -23,8 +23,9 @@ whatever its SLO figures: its queue grew, and a longer level would show it in ev
 `Judgement.reason` says why in words.
 
 The search climbs from `start` by `step` until a level does not hold, then bisects between the
-last level that held and the first that did not, until they are adjacent (users) or within
-`precision` of each other (rate). A close level runs again (`repeats` times) and is judged on all
+last level that held and the first that did not, until they are adjacent (users, sessions) or
+within `precision` of each other (rate). A level of agent sessions is judged per turn, as a level
+of users per request: TTFT from when the turn was due (its wait for a free user included). A close level runs again (`repeats` times) and is judged on all
 its runs together; still close, it counts as not held, and the result says so rather than
 pretend precision. A level that held at the top (-u, `max_rate`) ends the search there.
 """
@@ -141,7 +142,7 @@ class Step:
 
 @dataclass
 class Level:
-    value: float  # users, or requests/s
+    value: float  # users, sessions, or requests/s
     cells: list[str] = field(default_factory=list)
     judgement: Judgement | None = None
 
@@ -156,10 +157,18 @@ class Level:
 
 
 def cell_name(variable: str, value: float, run: int = 1) -> str:
-    """A level's cell: "search-u4", "search-12rps"; a level run again adds "-r2", "-r3"."""
-    if variable == "users":
+    """A level's cell: "search-u4" (users or sessions), "search-12rps"; a level run again adds "-r2", "-r3"."""
+    if variable != "rate":
         return level_cell_name("search", users=int(value), run=run)
     return level_cell_name("search", rate_rps=value, run=run)
+
+
+def level_text(variable: str, value: float) -> str:
+    """A level in words: "2 users", "1 session", "12 req/s"."""
+    if variable == "rate":
+        return f"{value:g} req/s"
+    noun = "user" if variable == "users" else "session"
+    return f"{int(value)} {noun}{'s' if value != 1 else ''}"
 
 
 class Search:
@@ -221,8 +230,8 @@ class Search:
         if good is None:
             self.stopped = (f"the first level ({self._text(bad)}) did not hold: start lower"
                             if self.variable == "rate" or bad > 1 else
-                            "the first level (1 user) did not hold and there is none lower: this workload misses "
-                            "the SLO even alone on the server (loosen the SLO)")
+                            f"the first level ({self._text(bad)}) did not hold and there is none lower: this workload "
+                            "misses the SLO even alone on the server (loosen the SLO)")
             return None
         middle = self._middle(good, bad)
         if middle is None:
@@ -231,13 +240,13 @@ class Search:
         return middle
 
     def _up(self, value: float) -> float:
-        if self.variable == "users":
+        if self.variable != "rate":
             return max(int(value) + 1, math.ceil(value * self.step))
         return self._rounded(value * self.step)
 
     def _middle(self, good: float, bad: float) -> float | None:
         """The bisection's next level, or None when the bracket is as narrow as it gets."""
-        if self.variable == "users":
+        if self.variable != "rate":
             middle = int(good + bad) // 2
         elif bad - good <= self.precision * good:
             return None
@@ -246,16 +255,14 @@ class Search:
         return middle if good < middle < bad and middle not in self.levels else None
 
     def _rounded(self, value: float) -> float:
-        """Users are whole; rates keep three significant digits (readable cell names)."""
-        return int(value) if self.variable == "users" else float(f"{value:.3g}")
+        """Users and sessions are whole; rates keep three significant digits (readable cell names)."""
+        return int(value) if self.variable != "rate" else float(f"{value:.3g}")
 
     def _top_name(self) -> str:
-        return "-u" if self.variable == "users" else "max_rate"
+        return "max_rate" if self.variable == "rate" else "-u"
 
     def _text(self, value: float) -> str:
-        if self.variable == "users":
-            return f"{int(value)} user{'s' if value != 1 else ''}"
-        return f"{value:g} req/s"
+        return level_text(self.variable, value)
 
     def result(self, slo: Slo) -> dict[str, Any]:
         """The search as the manifest keeps it (and the report shows it): the variable, the SLO

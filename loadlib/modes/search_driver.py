@@ -2,7 +2,10 @@
 profile's SLO before the next is chosen (`loadlib.modes.search`), so its cells are not known in
 advance: the coordinator's `SearchDriver` announces each level to every process as it goes, and the
 users read a `LevelSchedule` that grows one level at a time instead of a fixed `Timeline`. A
-warm-up (`warmup_s`) runs before every level.
+warm-up (`warmup_s`) runs before every level. A search over agent sessions (`variable =
+"sessions"`, the profile's `agent-trace` scenario) plays each level as a sessions cell of N lanes
+for `duration_s` (`SessionsSearchDriver`, through the sessions mode's driver and lanes), its own
+texts so that no earlier level's sessions are in the cache.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Va
 from loadlib import clock
 from loadlib.modes.arrivals import ArrivalSlots
 from loadlib.modes.base import Coordination, Driver, DriverOfDrivers, LoadMode, ModeState, Phase, target_labels
+from loadlib.modes.sessions import SESSIONS, SessionLanes, SessionsDriver, SessionsLoad, agent_trace
 from loadlib.modes.timeline import SHAPE_LOOKAHEAD_S, ScenarioStreams
 from loadlib.scenarios import COLD, Cell, Mix, Scenario, build_scenarios
 from loadlib.scenarios.base import WARMUP
@@ -36,16 +40,16 @@ LEVEL_LEAD_S = 0.5  # a search level starts this long after it is announced (mes
 
 
 class SearchLoad(Strict):
-    """Capacity search: levels of `variable` (closed-loop users, or an open-loop rate) judged
-    against the profile's [slo]; see `loadlib.modes.search`."""
+    """Capacity search: levels of `variable` (closed-loop users, an open-loop rate, or agent
+    sessions) judged against the profile's [slo]; see `loadlib.modes.search`."""
 
     mode: Literal["search"]
-    variable: Literal["users", "rate"]
+    variable: Literal["users", "rate", "sessions"]
     duration_s: PositiveFloat  # measured, per level
     warmup_s: NonNegativeFloat = 0.0  # per level, before its measured part
-    start: PositiveFloat = 1.0  # the first level (users, or requests/s)
+    start: PositiveFloat = 1.0  # the first level (users, sessions, or requests/s)
     step: float = Field(2.0, gt=1)  # the climb multiplies the level by this until the SLO breaks
-    max_rate: PositiveFloat | None = None  # rate: the highest rate tried (users: -u)
+    max_rate: PositiveFloat | None = None  # rate: the highest rate tried (users, sessions: -u)
     precision: float = Field(0.1, ge=0.01, lt=1)  # rate: bisection ends when the bracket is this share of it
     arrival: Literal["constant", "poisson"] = "constant"  # rate
     jitter_s: NonNegativeFloat = 1.0  # users: first requests start spread over this many seconds
@@ -56,22 +60,30 @@ class SearchLoad(Strict):
     def _rate_only(cls, value: Any, info: ValidationInfo) -> Any:
         """Set for a users search, it would be ignored: refused (its default passes, as a dumped
         profile sent to the workers has every key)."""
-        if info.data.get("variable") == "users" and value != cls.model_fields[info.field_name].default:
-            raise ValueError('only for variable = "rate" (a users search stops at -u)')
+        variable = info.data.get("variable")
+        if variable not in (None, "rate") and value != cls.model_fields[info.field_name].default:
+            raise ValueError(f'only for variable = "rate" (a search over {variable} stops at -u)')
         return value
 
     @field_validator("jitter_s")
     @classmethod
     def _users_only(cls, value: float, info: ValidationInfo) -> float:
-        if info.data.get("variable") == "rate" and value != cls.model_fields[info.field_name].default:
+        if info.data.get("variable") != "users" and value != cls.model_fields[info.field_name].default:
             raise ValueError('only for variable = "users"')
+        return value
+
+    @field_validator("warmup_s")
+    @classmethod
+    def _not_for_sessions(cls, value: float, info: ValidationInfo) -> float:
+        if info.data.get("variable") == "sessions" and value:
+            raise ValueError('not for variable = "sessions": a level is a sessions cell, its lanes start together')
         return value
 
     @field_validator("start")
     @classmethod
     def _whole_users(cls, start: float, info: ValidationInfo) -> float:
-        if info.data.get("variable") == "users" and start != int(start):
-            raise ValueError(f"a number of users, got {start:g}")
+        if info.data.get("variable") not in (None, "rate") and start != int(start):
+            raise ValueError(f"a number of {info.data['variable']}, got {start:g}")
         return start
 
     @model_validator(mode="after")
@@ -148,7 +160,7 @@ class SearchDriver(Driver):
 
         super().__init__(run, users)
         self.target = target  # the one server it searches (a sweep's configuration), by label
-        top = float(users) if load.variable == "users" else float(load.max_rate or 0)
+        top = float(load.max_rate or 0) if load.variable == "rate" else float(users)
         self.search = Search(load.variable, load.start, top, load.step, load.precision, load.repeats)
         self.load, self.slo, self.mix = load, slo, mix
         self.timeline = LevelSchedule(started_at, search_first_users(load, users))
@@ -173,6 +185,8 @@ class SearchDriver(Driver):
         while (step := self.search.next_step()) is not None:
             start = clock.now() + LEVEL_LEAD_S if self.timeline.spans else self.timeline.started_at
             cell = self._run_level(step.value, step.cell, start)
+            if self.stopped:
+                return
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
             records = (record for record in self.run.records()
                        if record["cell"] in step.cells and record.get("target", "") == self.target)
@@ -217,6 +231,45 @@ class SearchDriver(Driver):
         return cell
 
 
+class SessionsSearchDriver(SearchDriver):
+    """A search over agent sessions: each level a cell of N lanes (`-u`: the most tried) played for
+    `duration_s` by the sessions mode's driver (`SessionsDriver.play_cell`), on texts of its own
+    (salted by the level's cell: none of an earlier level's sessions is cached, its ideal starts
+    empty); the prompts measured once, before the first level. Its turns are judged as a level of
+    users' requests are."""
+
+    wants_records = True  # the sessions driver waits for its probes' records
+
+    def __init__(self, run: Coordination, users: int, profile: "Profile", started_at: float) -> None:
+        load: SearchLoad = profile.load
+        super().__init__(run, users, load, profile.slo, agent_trace(profile), started_at, target_labels(profile)[0])
+        lanes = SessionsLoad(mode="sessions", sessions=int(load.start), duration_s=load.duration_s)
+        self.lanes = SessionsDriver(run, users, profile.model_copy(update={"load": lanes}))
+
+    def users_wanted(self, now: float) -> int:
+        return self.lanes.users_wanted(now)
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        self.lanes.on_record(record)
+
+    def _run_level(self, value: float, name: str, start: float) -> Cell:
+        """The level's lanes from when their users are there (`start` is for announced spans)."""
+        lanes = int(value)
+        cell = Cell(name, CASE, self.mix, lanes, duration_s=self.load.duration_s, target=self.target)
+        if not self.plan and not self.lanes.measure_prompts(cell):
+            self.stopped = self.lanes.stopped
+            return cell
+        self.plan.append(cell)
+        log.info("search: %slevel %d, %d session%s", f"{self.target}: " if self.target else "",
+                 len(self.search.order) + 1, lanes, "s" * (lanes != 1))
+        self.phase = Phase("running", name, CASE, lanes, duration_s=self.load.duration_s, started_at=time.time(),
+                           note=f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}",
+                           target=self.target)
+        self.lanes.play_cell(cell, salt=f"|{name}")
+        self.stopped = self.lanes.stopped
+        return cell
+
+
 class AlternatingSearches(DriverOfDrivers):
     """An A/B run's search: each target's own search on one shared schedule, a level of A, then a
     level of B, and so on until each has its answer, so both see the same client and hour. Each
@@ -240,8 +293,9 @@ class AlternatingSearches(DriverOfDrivers):
 
 
 def search_first_users(load: SearchLoad, users: int) -> int:
-    """A users search spawns its start; a rate search all its free users."""
-    return min(int(load.start), users) if load.variable == "users" else users
+    """A users search spawns its start; a sessions search as many (its lanes' users are at least
+    that: more would be stopped, whichever Locust picks, mid-turn); a rate search all its free users."""
+    return users if load.variable == "rate" else min(int(load.start), users)
 
 
 class LevelledStreams(ScenarioStreams):
@@ -278,7 +332,7 @@ class SearchMode(LoadMode):
     fixed_streams = "the search chooses each level from the verdicts so far"
 
     def user_kind(self, load: SearchLoad) -> str:
-        return "free_slots" if load.variable == "rate" else "per_scenario"
+        return "per_scenario" if load.variable == "users" else "free_slots"
 
     def first_users(self, load: SearchLoad, users: int) -> int:
         return search_first_users(load, users)
@@ -286,6 +340,8 @@ class SearchMode(LoadMode):
     def driver(self, profile: "Profile", users: int, started_at: float, run: Coordination) -> Driver:
         """The search; in an A/B run one per target, alternating level by level on one schedule."""
         labels = target_labels(profile)
+        if profile.load.variable == "sessions":
+            return SessionsSearchDriver(run, users, profile, started_at)
         if len(labels) == 1:
             mix = Mix(build_scenarios(profile), profile.seed)
             return SearchDriver(run, users, profile.load, profile.slo, mix, started_at, labels[0])
@@ -311,7 +367,15 @@ class SearchMode(LoadMode):
         schedule = LevelSchedule(config.started_at, search_first_users(load, config.users))
         if load.variable == "rate":
             return LevelledArrivals(schedule, mix, config.users, share, profile.seed, load.arrival)
+        if load.variable == "sessions":
+            return SessionLanes(config, share)
         return LevelledStreams(schedule, mix, load.jitter_s)
+
+    def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
+        """A search over sessions: the sessions mode's notes of its trace."""
+        if profile.load.variable != "sessions":
+            return {}
+        return SESSIONS.notes(profile, context_tokens)
 
 
 SEARCH = SearchMode()

@@ -20,7 +20,9 @@ asks for N x the trace's widest session (its most requests in flight at once) fr
 driver first measures the prompts (`AgentPrompts`' probes, sent through the users to the first
 server) and announces the answers to every process; then it starts one cell per target (an A/B
 run plays them one after the other) and ends it when every turn's record is in, or when
-`duration_s` is up and the turns in flight have ended.
+`duration_s` is up and the turns in flight have ended. Each cell is announced whole (`LanesCell`:
+its name, lanes, time and salt), so another mode's driver plays cells of its own through the
+same lanes: a capacity search over sessions (`loadlib.modes.search_driver`) one per level.
 """
 
 from __future__ import annotations
@@ -112,9 +114,35 @@ def plan_of(profile: "Profile") -> SessionPlan:
     return SessionPlan(agent_spec(profile)[1].conversations, load.sessions, load.duration_s)
 
 
+@dataclass(frozen=True)
+class LanesCell:
+    """A cell of lanes as the driver announces it to every process: its lanes start at `start`
+    and start no turn from `until` (None: they play their sessions to the end). `salt` gives the
+    cell texts of its own (a search level: none of an earlier level's sessions is in the cache,
+    and its ideal starts empty); "" keeps the run's."""
+
+    cell: Cell
+    start: float
+    until: float | None
+    salt: str = ""
+
+    def to_message(self) -> dict[str, Any]:
+        cell = self.cell
+        return {"cell": cell.name, "case": cell.case, "lanes": cell.concurrency, "target": cell.target,
+                "start": self.start, "until": self.until, "salt": self.salt}
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any], scenario: AgentTrace) -> "LanesCell":
+        until = data["until"]
+        cell = Cell(data["cell"], data["case"], scenario, data["lanes"],
+                    duration_s=None if until is None else until - data["start"], target=data["target"])
+        return cls(cell, data["start"], until, data["salt"])
+
+
 class SessionsDriver(Driver):
     """Starts each cell (its lanes, on every process), ends it when its turns are all recorded or
-    its time is up and nothing is in flight."""
+    its time is up and nothing is in flight. `measure_prompts` and `play_cell` are also how a
+    search over sessions plays its levels."""
 
     wants_records = True
 
@@ -147,24 +175,39 @@ class SessionsDriver(Driver):
             self._all_in.set()
 
     def play(self) -> None:
+        if not self.measure_prompts(self.plan[0]):
+            return
+        for cell in self.plan:
+            self.play_cell(cell)
+
+    def measure_prompts(self, probing: Cell) -> bool:
+        """Once, before any cell's clock starts: the prompts measured on `probing`'s server and the
+        answers announced to every process. False (and `stopped`) when the users never came."""
+        if not self.wait_for_users(self.slots):
+            self.stopped = "users were not spawned"
+            return False
+        self.prepare(probing.scenario, probing.target)
+        self.run.announce({"probes": probing.scenario.prompts.probe_tokens})
+        return True
+
+    def play_cell(self, cell: Cell, salt: str = "") -> None:
+        """Plays `cell`'s lanes (`cell.concurrency`, for its `duration_s` or every session once),
+        with their users (N x the lane width, never fewer than before), until its turns have ended."""
+        self.slots = max(self.slots, cell.concurrency * self.session_plan.width)
         if not self.wait_for_users(self.slots):
             self.stopped = "users were not spawned"
             return
-        probing = self.plan[0]  # the prompts measured once, on the first server, before any clock starts
-        self.prepare(probing.scenario, probing.target)
-        self.run.announce({"probes": probing.scenario.prompts.probe_tokens})
-        for index, cell in enumerate(self.plan):
-            self._cell, self._all_in, self._last_record = cell, Event(), time.time()
-            start = time.time() + self.run.lead_time_s
-            until = start + cell.duration_s if cell.duration_s is not None else None
-            self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
-            self.run.announce({"cell": index, "start": start, "until": until})
-            if until is None:
-                self._wait_for_every_turn(cell)
-            else:
-                gevent.sleep(max(until - time.time(), 0.0))
-                self.drain(time.time() + self.run.request_timeout_s + DONE_WAIT_S)
-            self.end_cell(cell)
+        self._cell, self._all_in, self._last_record = cell, Event(), time.time()
+        start = time.time() + self.run.lead_time_s
+        until = start + cell.duration_s if cell.duration_s is not None else None
+        self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
+        self.run.announce(LanesCell(cell, start, until, salt).to_message())
+        if until is None:
+            self._wait_for_every_turn(cell)
+        else:
+            gevent.sleep(max(until - time.time(), 0.0))
+            self.drain(time.time() + self.run.request_timeout_s + DONE_WAIT_S)
+        self.end_cell(cell)
         self._cell = None
 
     def _wait_for_every_turn(self, cell: Cell) -> None:
@@ -184,6 +227,7 @@ class DueTurn:
     """A turn due now in a lane, for a free user to send; `done` gets its end (wall clock)."""
 
     cell: Cell
+    salt: str  # the cell's (`LanesCell.salt`)
     lane: int
     conversation: Conversation
     copy: int
@@ -199,21 +243,21 @@ class SessionLanes(ModeState):
         profile = config.profile
         self.salt = f"{config.started_at:.6f}"
         self.profile = profile
-        self.plan = plan_of(profile)
         self.spec = agent_spec(profile)[1]
-        self.cells = session_cells(profile, agent_trace(profile))
+        self.scenario = agent_trace(profile)  # the cells' (each turn is built by `_scenario`'s)
         self.share = share
         self.context = config.context_tokens
         self.queue: Queue = Queue()  # due turns, and the driver's probes (assignments)
         self.probes: list[int | None] | None = None  # their answers, as the driver announces them
 
-    def _scenario(self, user: "LLMUser") -> AgentTrace:
-        """This process's scenario, measured by the driver's probes (announced before any cell)."""
+    def _scenario(self, user: "LLMUser", salt: str) -> AgentTrace:
+        """This process's scenario for a cell's `salt`, measured by the driver's probes (announced
+        before any cell)."""
         def build() -> AgentTrace:
-            scenario = agent_trace(self.profile, self.salt)
+            scenario = agent_trace(self.profile, self.salt + salt)
             scenario.prompts.learn(self.probes or [])
             return scenario
-        return user.prepared(SessionLanes, build)  # type: ignore[return-value]
+        return user.prepared((SessionLanes, salt), build)  # type: ignore[return-value]
 
     def take(self, assignment: Assignment) -> None:
         self.queue.put(assignment)
@@ -222,10 +266,11 @@ class SessionLanes(ModeState):
         if "probes" in data:
             self.probes = data["probes"]
             return
-        cell = self.cells[data["cell"]]
+        lanes = LanesCell.from_message(data, self.scenario)
+        plan = SessionPlan(self.spec.conversations, lanes.cell.concurrency, lanes.cell.duration_s)
         index, processes = self.share
-        for lane in range(index, self.plan.lanes, processes):
-            gevent.spawn(self._lane, cell, lane, data["start"], data["until"])
+        for lane in range(index, plan.lanes, processes):
+            gevent.spawn(self._lane, lanes, plan, lane)
 
     def step(self, user: "LLMUser") -> None:
         """Sends the next probe or due turn; between them returns every `IDLE_STEP_S`, so that a
@@ -245,7 +290,7 @@ class SessionLanes(ModeState):
 
     def _send(self, user: "LLMUser", due: DueTurn) -> float:
         """Sends a due turn (or refuses it for the context); returns when it ended."""
-        scenario = self._scenario(user)
+        scenario = self._scenario(user, due.salt)
         sent = scenario.turn(due.conversation, due.turn, due.copy, due.cell.target)
         label = due.cell.label(sent.job, due.lane, scheduled_at=due.due_at, conversation=due.conversation.id,
                                copy=due.copy, agent=due.turn.agent, ideal_cached_tokens=sent.ideal_cached_tokens)
@@ -259,15 +304,15 @@ class SessionLanes(ModeState):
 
     # --- a lane ----------------------------------------------------------------------------------
 
-    def _lane(self, cell: Cell, lane: int, start: float, until: float | None) -> None:
-        gevent.sleep(max(start - time.time(), 0.0))
-        for conversation, copy in self.plan.of_lane(lane):
-            if until is not None and time.time() >= until:
+    def _lane(self, cell: LanesCell, plan: SessionPlan, lane: int) -> None:
+        gevent.sleep(max(cell.start - time.time(), 0.0))
+        for conversation, copy in plan.of_lane(lane):
+            if cell.until is not None and time.time() >= cell.until:
                 return
-            self._agent(cell, lane, conversation, copy, conversation.requests, MAIN_AGENT, until)
+            self._agent(cell, lane, conversation, copy, conversation.requests, MAIN_AGENT)
 
-    def _agent(self, cell: Cell, lane: int, conversation: Conversation, copy: int, entries: Sequence[Entry],
-               agent: str, until: float | None) -> float:
+    def _agent(self, cell: LanesCell, lane: int, conversation: Conversation, copy: int, entries: Sequence[Entry],
+               agent: str) -> float:
         """Plays one agent's entries (its sub-agents in greenlets of their own); returns when its
         last request, or its last sub-agent's, ended (wall clock)."""
         ended_at = time.time()  # the previous turn's end, on the wall clock
@@ -277,7 +322,7 @@ class SessionLanes(ModeState):
         index = 0
         for entry in entries:
             if isinstance(entry, SubAgent):
-                children.append(gevent.spawn(self._subagent, cell, lane, conversation, copy, entry, until,
+                children.append(gevent.spawn(self._subagent, cell, lane, conversation, copy, entry,
                                              ended_at + self._gap(entry.t - recorded_end)))
                 children_end = max(children_end, entry.t + recorded_span(entry.requests))
                 continue
@@ -287,22 +332,22 @@ class SessionLanes(ModeState):
                 recorded_end, children = max(recorded_end, children_end), []
             recorded_gap = entry.think_time if entry.think_time is not None and index else entry.t - recorded_end
             due_at = ended_at + self._gap(recorded_gap)
-            if until is not None and due_at >= until:
+            if cell.until is not None and due_at >= cell.until:
                 break
             gevent.sleep(max(due_at - time.time(), 0.0))
             done = AsyncResult()
-            self.queue.put(DueTurn(cell, lane, conversation, copy, Turn(agent, index, entry.t, entry, ""),
-                                   due_at, done))
+            self.queue.put(DueTurn(cell.cell, cell.salt, lane, conversation, copy,
+                                   Turn(agent, index, entry.t, entry, ""), due_at, done))
             ended_at = done.get()
             recorded_end = entry.t + (entry.api_time or 0.0)
             index += 1
         gevent.joinall(children)
         return max([ended_at, *(child.value or 0.0 for child in children)])
 
-    def _subagent(self, cell: Cell, lane: int, conversation: Conversation, copy: int, sub: SubAgent,
-                  until: float | None, start_at: float) -> float:
+    def _subagent(self, cell: LanesCell, lane: int, conversation: Conversation, copy: int, sub: SubAgent,
+                  start_at: float) -> float:
         gevent.sleep(max(start_at - time.time(), 0.0))
-        return self._agent(cell, lane, conversation, copy, sub.requests, sub.agent_id, until)
+        return self._agent(cell, lane, conversation, copy, sub.requests, sub.agent_id)
 
     def _gap(self, recorded_s: float) -> float:
         """A recorded gap as played: capped by `idle_cap_s`, scaled by `think_time_scale`."""
@@ -335,7 +380,7 @@ class Sessions(LoadMode):
     def notes(self, profile: "Profile", context_tokens: int | None) -> dict[str, Any]:
         """The trace's hash block (a turn that misses the ideal by more than one is counted), and
         the turns that ask for more than the model's context, which are not sent."""
-        conversations = plan_of(profile).conversations
+        conversations = agent_spec(profile)[1].conversations
         found: dict[str, Any] = {"agent_trace_block_size": max(c.block_size for c in conversations)}
         turns = [t for c in conversations for t in c.turns()]
         over = sum(1 for t in turns if context_tokens is not None

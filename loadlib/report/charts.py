@@ -25,6 +25,7 @@ import pandas as pd
 from loadlib.figures import free_running, sessions
 from loadlib.figures import series as points
 from loadlib.figures.capacity import level_table
+from loadlib.modes.search import level_text
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
 from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
@@ -493,8 +494,8 @@ def _search_marks(key: str) -> Callable[[ChartRun], list[Mark]]:
         search, target = _search(run), SLO_FIGURES[key].target(_slo(run))
         found = [Mark("y", float(target), label=f"SLO {target:g}", color=VERDICT_COLORS["broke"])]
         if search.get("best") is not None:
-            unit = "users" if search.get("variable") == "users" else "req/s"
-            found.append(Mark("x", float(search["best"]), label=f"capacity {search['best']:g} {unit}",
+            best = level_text(search.get("variable") or "rate", search["best"])
+            found.append(Mark("x", float(search["best"]), label=f"capacity {best}",
                               color=VERDICT_COLORS["held"], style="dotted"))
         return found
     return marks
@@ -557,7 +558,7 @@ def _sweep_has(column: str, present: bool = True) -> Callable[[ChartRun], bool]:
 
 SECONDS = Axis("time since the first request", "s")
 STREAMS = Axis("concurrent streams N")
-LEVEL = Axis("level (users, closed loop; or offered req/s, open loop)")
+LEVEL = Axis("level (users or agent sessions, closed loop; or offered req/s, open loop)")
 CONFIGURATION = Axis("configuration")
 PER_STREAM = Axis("decode", "t/s per stream", zero=True)  # a request's decode; ALL_STREAMS: every stream's per second
 

@@ -19,6 +19,7 @@ from loadlib.modes import search
 from loadlib.report import text
 from loadlib.report.document import Section
 
+SEARCHED = {"users": "closed-loop users", "rate": "the open-loop rate", "sessions": "agent sessions"}
 SEARCH_COLUMNS = ["value", "cells", "n", "failed", "ttft_p", "ttft_s", "ttft_low", "ttft_high", "decode_p",
                   "decode_tps", "decode_low", "decode_high", "goodput", "goodput_low", "goodput_high", "pass_share",
                   "verdict", "ttft_from", "reason"]
@@ -37,13 +38,14 @@ def search_section(manifest: Mapping[str, Any], levels: pd.DataFrame) -> Section
     levels = levels.reset_index(drop=True).reindex(table.index)  # a level without records: NaN
     data = pd.concat([table.assign(cells=[",".join(cells) for cells in table["cells"]]),
                       levels.drop(columns=["value", "n"])], axis=1)
-    users = result["variable"] == "users"
+    variable = result["variable"]
+    users = variable != "rate"
     ttft_p, decode_p = table["ttft_p"].iloc[0], table["decode_p"].iloc[0]
     intended = (table["ttft_from"] == INTENDED_SEND).any()
     return Section(
         "search", search_title(result, levels), data,
         pd.DataFrame({
-            "users" if users else "req/s": [f"{value:g}" for value in table["value"]],
+            "req/s" if variable == "rate" else variable: [f"{value:g}" for value in table["value"]],
             "cells": [", ".join(cells) for cells in table["cells"]],
             "n": text.column(table["n"], 0), "failed": text.column(table["failed"], 0),
             f"TTFT p{ttft_p:g} s{' (intended send)' if intended else ''}": _ranged(
@@ -66,20 +68,22 @@ def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
     """The search's headline: where it holds and where it breaks (in its variable and in requests/s
     delivered, each with its share of moving-block resamples that met the SLO), Little's law
     there, the SLO, why the search stopped, and how a level was judged."""
-    users = result["variable"] == "users"
-    unit = _unit(users)
+    variable = result["variable"]
+    users = variable != "rate"
+    unit = _unit(variable)
     by_value = {row["value"]: row for row in levels.to_dict("records") if row.get("value") is not None}
     good, bad = (result.get("bracket") or [result.get("best"), None])[:2]
-    holds = (f"holds at {_level(good, by_value.get(good), users)}" if good is not None
+    holds = (f"holds at {_level(good, by_value.get(good), variable)}" if good is not None
              else "holds at no level")
-    breaks = (f"breaks at {_level(bad, by_value.get(bad), users)}" if bad is not None
+    breaks = (f"breaks at {_level(bad, by_value.get(bad), variable)}" if bad is not None
               else "no level broke")
     close = result.get("too_close") or []
     note = f"; too close to call after every run: {', '.join(unit(v) for v in close)}" if close else ""
-    little_sides = ("the level's users against its throughput" if users
-                    else "the mean in flight measured against the rate offered")
-    little = _little_text([(v, by_value.get(v)) for v in (good, bad) if v is not None], users)
-    return (f"Capacity search over {'closed-loop users' if users else 'the open-loop rate'}: {holds}; {breaks}"
+    little_sides = {"users": "the level's users against its throughput",
+                    "rate": "the mean in flight measured against the rate offered",
+                    "sessions": "not for sessions: a lane idles between turns while its agent thinks"}[variable]
+    little = _little_text([(v, by_value.get(v)) for v in (good, bad) if v is not None], variable)
+    return (f"Capacity search over {SEARCHED[variable]}: {holds}; {breaks}"
             f"{'; ' + little if little else ''} "
             f"(SLO {slo_text(result.get('slo') or {})}); {result.get('stopped') or 'not finished'}{note}. "
             f"Each level judged on its requests: range = {search.INTERVAL[0]:.0%}-{search.INTERVAL[1]:.0%} of "
@@ -88,14 +92,17 @@ def search_title(result: Mapping[str, Any], levels: pd.DataFrame) -> str:
             "failed: the server failed requests); 'in blocks' (the shares above) = the same over "
             f"{bootstrap.RESAMPLES} block resamples of its requests in send order (blocks as long as its TTFT, decode "
             f"and SLO met move together from one request to the next, so a slow spell stays together); "
-            f"{_delivered_note(users)}Little = in flight against req/s x mean latency "
+            f"{_delivered_note(variable)}Little = in flight against req/s x mean latency "
             f"({little_sides}; 'ok' within {capacity.LITTLE_TOLERANCE:.0%})")
 
 
-def _delivered_note(users: bool) -> str:
+def _delivered_note(variable: str) -> str:
     """What 'delivered req/s' is, and for a rate how it judges the level."""
-    if users:
-        return "over each cell's steady window: delivered req/s = successful requests ended per second, "
+    window = "over each cell's steady window: delivered req/s = successful requests ended per second, "
+    closed = {"users": "", "sessions": "a level's requests are its sessions' turns, TTFT from when each was due (its "
+                                       "wait for a free user included); "}
+    if variable in closed:
+        return closed[variable] + window
     return ("TTFT counts from the intended send (the wait for a free user included); delivered req/s = the rate "
             "the level kept pace with: the requests between the median ones of its middle and last thirds (in "
             "intended-send order) over the time between their ends, i.e. the rate due slowed by the growth of their "
@@ -119,21 +126,19 @@ def slo_text(slo: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _unit(users: bool) -> Callable[[float], str]:
-    """A level's value in words: "2 users", "12 req/s"."""
-    if users:
-        return lambda v: f"{v:g} user{'s' if v != 1 else ''}"
-    return lambda v: f"{v:g} req/s"
+def _unit(variable: str) -> Callable[[float], str]:
+    """A level's value in words: "2 users", "12 sessions", "12 req/s"."""
+    return lambda v: search.level_text(variable, v)
 
 
-def _level(value: float, row: Mapping[str, Any] | None, users: bool) -> str:
-    """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)"; a rate: "32 req/s: delivered 24.10
-    req/s of 32 offered (22.51–25.43; short of it: ...), SLO met in 0% of resamples"."""
+def _level(value: float, row: Mapping[str, Any] | None, variable: str) -> str:
+    """"2 users, 1.36 req/s delivered (SLO met in 97% of resamples)" (sessions alike); a rate: "32 req/s:
+    delivered 24.10 req/s of 32 offered (22.51–25.43; short of it: ...), SLO met in 0% of resamples"."""
     row = row or {}
     share = text.percent(row.get("pass_share_blocks"))
-    if users:
-        return f"{_unit(users)(value)}, {text.num(row.get('delivered_rps'), 2)} req/s delivered (SLO met in {share} " \
-               "of resamples)"
+    if variable != "rate":
+        return f"{_unit(variable)(value)}, {text.num(row.get('delivered_rps'), 2)} req/s delivered (SLO met in " \
+               f"{share} of resamples)"
     if pd.isna(row.get("delivered_high_rps", math.nan)):
         return f"{value:g} req/s: too few requests to judge the rate delivered, SLO met in {share} of resamples"
     delivered = capacity.delivery_text(row["delivered_rps"], row["delivered_low_rps"], row["delivered_high_rps"], value,
@@ -142,10 +147,10 @@ def _level(value: float, row: Mapping[str, Any] | None, users: bool) -> str:
     return f"{value:g} req/s: {delivered}, SLO met in {share} of resamples"
 
 
-def _little_text(levels: list[tuple[float, Mapping[str, Any] | None]], users: bool) -> str:
+def _little_text(levels: list[tuple[float, Mapping[str, Any] | None]], variable: str) -> str:
     """Little's law at the bracket's levels: "Little's law: ok at 2 users and 3 users", or what
-    disagreed, in words."""
-    unit = _unit(users)
+    disagreed, in words (none for sessions, whose think time keeps no stream busy)."""
+    unit, users = _unit(variable), variable == "users"
     known = [(value, row) for value, row in levels if row and not pd.isna(row.get("little_gap"))]
     if not known:
         return ""

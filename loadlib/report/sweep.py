@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from loadlib.figures import sweep
+from loadlib.modes import search
 from loadlib.figures.goodput import Slo
 from loadlib.report import text
 from loadlib.report.document import Section
@@ -79,8 +80,8 @@ def logs_section(table: pd.DataFrame) -> Section:
 def _capacity(value: float, variable: str | None, rps: float) -> str:
     if pd.isna(value):
         return text.MISSING
-    unit = "users" if variable == "users" else "req/s"
-    return f"{value:g} {unit}" + (f" ({rps:.2f} req/s)" if variable == "users" and not pd.isna(rps) else "")
+    closed = variable is not None and variable != "rate"  # users or sessions: the req/s they delivered beside
+    return search.level_text(variable or "rate", value) + (f" ({rps:.2f} req/s)" if closed and not pd.isna(rps) else "")
 
 
 def _with_ci(table: pd.DataFrame, column: str, ci: str, digits: int) -> list[str]:

@@ -209,7 +209,7 @@ def test_every_request_carries_one_sticky_key_in_each_header():
     ('[load]\nmode = "sessions"\nsessions = 2\n[scenarios.chat]\nkind = "multi-turn"\n',
      "the sessions mode plays one scenario of kind agent-trace"),
     ('[load]\nmode = "closed"\nduration_s = 5\n[scenarios.a]\nkind = "agent-trace"\npath = "t.jsonl"\n',
-     "a: kind agent-trace is played by mode = \"sessions\" only"),
+     "a: kind agent-trace is played by mode = \"sessions\" and a search"),
     ('[load]\nmode = "sessions"\nsessions = 2\n[scenarios.a]\nkind = "agent-trace"\npath = "bad.jsonl"\n',
      "bad.jsonl line 1: conversation x: requests[0]: 2 hash blocks of 64 tokens are more than its in"),
 ], ids=["no agent trace", "agent trace in another mode", "bad trace"])
