@@ -9,7 +9,7 @@ check that fails is "fired". The matrix counts, per check, the cells where it fi
 where it should (its fault is there) and among those where it should not (healthy cells, and
 the other checks of a faulty cell); then it lists every surprise with the check's own words.
 
-    python benchmarks/judgements.py                      # every case, 3 repeats (about 10 minutes)
+    python benchmarks/judgements.py                      # every case, 3 repeats (about 8 minutes)
     python benchmarks/judgements.py --quick --repeats 1  # the cheap rows, once each (about a minute)
     python benchmarks/judgements.py --cases count-skew,front-queue --repeats 5
 
