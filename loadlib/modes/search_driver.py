@@ -262,7 +262,7 @@ class SessionsSearchDriver(SearchDriver):
         self.plan.append(cell)
         log.info("search: %slevel %d, %d session%s", f"{self.target}: " if self.target else "",
                  len(self.search.order) + 1, lanes, "s" * (lanes != 1))
-        self.phase = Phase("running", name, CASE, lanes, duration_s=self.load.duration_s, started_at=time.time(),
+        self.phase = Phase("running", name, CASE, lanes, duration_s=self.load.duration_s, started_at=clock.now(),
                            note=f"level {len(self.search.order) + 1}: {name}; {self.search.progress()}",
                            target=self.target)
         self.lanes.play_cell(cell, salt=f"|{name}")

@@ -27,7 +27,6 @@ same lanes: a capacity search over sessions (`loadlib.modes.search_driver`) one 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
@@ -36,6 +35,7 @@ from gevent.event import AsyncResult, Event
 from gevent.queue import Empty, Queue
 from pydantic import PositiveFloat, PositiveInt
 
+from loadlib import clock
 from loadlib.modes.base import Assignment, Coordination, Driver, LoadMode, ModeState, log, target_labels
 from loadlib.scenarios.agent_trace import AGENT_TRACE_KIND, AgentTrace, AgentTraceSpec, lane_width
 from loadlib.scenarios.base import CONTEXT_OVERFLOW, Cell, level_cell_name, request_params
@@ -154,7 +154,7 @@ class SessionsDriver(Driver):
         spec = agent_spec(profile)[1]
         # no record for this long, and nothing in flight: the lanes that owed the rest are gone
         self.quiet_limit_s = spec.idle_cap_s * spec.think_time_scale + run.request_timeout_s + DONE_WAIT_S
-        self._last_record = time.time()
+        self._last_record = clock.now()
         self._recorded: dict[tuple[str, str], int] = {}
         self._all_in = Event()
         self._expected = self.session_plan.turns()
@@ -170,7 +170,7 @@ class SessionsDriver(Driver):
             return
         key = (record["cell"], record.get("target", ""))
         self._recorded[key] = self._recorded.get(key, 0) + 1
-        self._last_record = time.time()
+        self._last_record = clock.now()
         if key == (cell.name, cell.target) and self._recorded[key] >= self._expected:
             self._all_in.set()
 
@@ -197,16 +197,16 @@ class SessionsDriver(Driver):
         if not self.wait_for_users(self.slots):
             self.stopped = "users were not spawned"
             return
-        self._cell, self._all_in, self._last_record = cell, Event(), time.time()
-        start = time.time() + self.run.lead_time_s
+        self._cell, self._all_in, self._last_record = cell, Event(), clock.now()
+        start = clock.now() + self.run.lead_time_s
         until = start + cell.duration_s if cell.duration_s is not None else None
         self.start_cell(cell, duration_s=cell.duration_s, started_at=start)
         self.run.announce(LanesCell(cell, start, until, salt).to_message())
         if until is None:
             self._wait_for_every_turn(cell)
         else:
-            gevent.sleep(max(until - time.time(), 0.0))
-            self.drain(time.time() + self.run.request_timeout_s + DONE_WAIT_S)
+            gevent.sleep(max(until - clock.now(), 0.0))
+            self.drain(clock.now() + self.run.request_timeout_s + DONE_WAIT_S)
         self.end_cell(cell)
         self._cell = None
 
@@ -214,7 +214,7 @@ class SessionsDriver(Driver):
         """Until every turn of the cell is recorded; or, when a lost worker's lanes will never send
         theirs, until no record came for `quiet_limit_s` with nothing in flight."""
         while not self._all_in.wait(timeout=1.0):
-            quiet = time.time() - self._last_record
+            quiet = clock.now() - self._last_record
             if quiet > self.quiet_limit_s and self.run.streams_in_flight() == 0:
                 got = self._recorded.get((cell.name, cell.target), 0)
                 log.warning("%s: %d of %d turns recorded, none for %.0f s: the rest will not come (a lost "
@@ -286,7 +286,7 @@ class SessionLanes(ModeState):
             due.done.set(self._send(user, due))
         finally:  # whatever went wrong, the lane goes on
             if not due.done.ready():
-                due.done.set(time.time())
+                due.done.set(clock.now())
 
     def _send(self, user: "LLMUser", due: DueTurn) -> float:
         """Sends a due turn (or refuses it for the context); returns when it ended."""
@@ -305,9 +305,9 @@ class SessionLanes(ModeState):
     # --- a lane ----------------------------------------------------------------------------------
 
     def _lane(self, cell: LanesCell, plan: SessionPlan, lane: int) -> None:
-        gevent.sleep(max(cell.start - time.time(), 0.0))
+        gevent.sleep(max(cell.start - clock.now(), 0.0))
         for conversation, copy in plan.of_lane(lane):
-            if cell.until is not None and time.time() >= cell.until:
+            if cell.until is not None and clock.now() >= cell.until:
                 return
             self._agent(cell, lane, conversation, copy, conversation.requests, MAIN_AGENT)
 
@@ -315,7 +315,7 @@ class SessionLanes(ModeState):
                agent: str) -> float:
         """Plays one agent's entries (its sub-agents in greenlets of their own); returns when its
         last request, or its last sub-agent's, ended (wall clock)."""
-        ended_at = time.time()  # the previous turn's end, on the wall clock
+        ended_at = clock.now()  # the previous turn's end, on the wall clock
         recorded_end = 0.0  # and as the trace recorded it (the agent's own clock)
         children: list[gevent.Greenlet] = []
         children_end = 0.0  # the recorded end of the sub-agents spawned since the last request
@@ -334,7 +334,7 @@ class SessionLanes(ModeState):
             due_at = ended_at + self._gap(recorded_gap)
             if cell.until is not None and due_at >= cell.until:
                 break
-            gevent.sleep(max(due_at - time.time(), 0.0))
+            gevent.sleep(max(due_at - clock.now(), 0.0))
             done = AsyncResult()
             self.queue.put(DueTurn(cell.cell, cell.salt, lane, conversation, copy,
                                    Turn(agent, index, entry.t, entry, ""), due_at, done))
@@ -346,7 +346,7 @@ class SessionLanes(ModeState):
 
     def _subagent(self, cell: LanesCell, lane: int, conversation: Conversation, copy: int, sub: SubAgent,
                   start_at: float) -> float:
-        gevent.sleep(max(start_at - time.time(), 0.0))
+        gevent.sleep(max(start_at - clock.now(), 0.0))
         return self._agent(cell, lane, conversation, copy, sub.requests, sub.agent_id)
 
     def _gap(self, recorded_s: float) -> float:
