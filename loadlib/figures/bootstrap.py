@@ -79,3 +79,20 @@ def _series_block(values: np.ndarray) -> int:
     rho = min(max(float(centred[1:] @ centred[:-1]) / spread, 0.0), MAX_RHO)
     length = round((6 * n) ** (1 / 3) * (rho / (1 - rho ** 2)) ** (2 / 3))
     return int(min(max(length, 1), max(1, n // MIN_BLOCKS)))
+
+
+def row_quantiles(values: np.ndarray, q: float) -> np.ndarray:
+    """Each row's `q` quantile (a resample's figure), NaN left out, NaN for a row of NaN only: what
+    `np.nanquantile(values, q, axis=1)` gives, linear between order statistics, without its loop
+    over the rows (which made a capacity level's judgement cost the master most of a second)."""
+    if not np.isnan(values).any():
+        return np.quantile(values, q, axis=1)
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = (~np.isnan(values)).sum(axis=1)
+    position = q * np.maximum(count - 1, 0)
+    low = np.floor(position).astype(np.int64)
+    high = np.minimum(low + 1, np.maximum(count - 1, 0))
+    below = np.take_along_axis(ordered, low[:, None], axis=1)[:, 0]
+    above = np.take_along_axis(ordered, high[:, None], axis=1)[:, 0]
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, below + (above - below) * (position - low), np.nan)

@@ -53,7 +53,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
+from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled, row_quantiles
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import SteadyCell, slo_ttft, steady_cell, steady_requests
 from loadlib.figures.goodput import Slo
@@ -74,23 +74,6 @@ def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft
     (its slow tail) and the goodput share, as 3 x rows; NaN where a row has no value to take a
     quantile of (failures only)."""
     return np.vstack([row_quantiles(ttft, ttft_q), row_quantiles(decode, decode_q), meets.mean(axis=1)])
-
-
-def row_quantiles(values: np.ndarray, q: float) -> np.ndarray:
-    """Each row's `q` quantile, NaN left out (NaN for a row of NaN only): `np.nanquantile(values,
-    q, axis=1)`, linear between order statistics as it is, without its loop over rows, which made
-    the live search's judgement of a level cost the master most of a second."""
-    if not np.isnan(values).any():
-        return np.quantile(values, q, axis=1)
-    ordered = np.sort(values, axis=1)  # NaN sorts last
-    present = (~np.isnan(ordered)).sum(axis=1)
-    position = q * np.maximum(present - 1, 0)
-    below = np.floor(position).astype(int)
-    above = np.minimum(below + 1, np.maximum(present - 1, 0))
-    rows = np.arange(len(ordered))
-    low, high = ordered[rows, below], ordered[rows, above]
-    found = low + (position - below) * (high - low)
-    return np.where(present > 0, found, np.nan)
 
 
 def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,

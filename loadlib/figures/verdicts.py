@@ -68,7 +68,7 @@ import pandas as pd
 from loadlib.figures import free_running
 from loadlib.figures.goodput import Slo
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, round_aggregates
-from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled
+from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled, row_quantiles
 from loadlib.figures.uncertainty import LEVEL, samples_needed
 from loadlib.truth import energy, server_figures
 from loadlib.scenarios.base import SINGLE
@@ -108,7 +108,7 @@ def ratio_across_groups() -> Estimator:
 
 def quantile(q: float) -> Estimator:
     """The q-quantile of all the units' values pooled (NaN left out; linear, as pandas)."""
-    return lambda groups: _row_quantiles(groups[0].reshape(len(groups[0]), -1), q)
+    return lambda groups: row_quantiles(groups[0].reshape(len(groups[0]), -1), q)
 
 
 def _nanmean(values: np.ndarray) -> np.ndarray:
@@ -116,21 +116,6 @@ def _nanmean(values: np.ndarray) -> np.ndarray:
     present = ~np.isnan(values)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(present, values, 0.0).sum(axis=-1) / present.sum(axis=-1)
-
-
-def _row_quantiles(values: np.ndarray, q: float) -> np.ndarray:
-    """The q-quantile of each row, NaN left out, by numpy's linear interpolation."""
-    if not np.isnan(values).any():
-        return np.quantile(values, q, axis=1)
-    ordered = np.sort(values, axis=1)  # NaN last
-    count = (~np.isnan(values)).sum(axis=1)
-    position = q * np.maximum(count - 1, 0)
-    low = np.floor(position).astype(np.int64)
-    high = np.minimum(low + 1, np.maximum(count - 1, 0))
-    below = np.take_along_axis(ordered, low[:, None], axis=1)[:, 0]
-    above = np.take_along_axis(ordered, high[:, None], axis=1)[:, 0]
-    with np.errstate(invalid="ignore"):
-        return np.where(count > 0, below + (above - below) * (position - low), np.nan)
 
 
 # --- samples ------------------------------------------------------------------------------------------

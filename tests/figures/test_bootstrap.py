@@ -4,10 +4,13 @@ resampling done in chunks of bounded memory with the answer of one pass."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 
 from loadlib.figures import bootstrap
-from loadlib.figures.bootstrap import block_length, resample_indices, resampled
+from loadlib.figures.bootstrap import block_length, resample_indices, resampled, row_quantiles
 
 
 def test_circular_blocks_are_runs_of_consecutive_units_wrapping_past_the_end():
@@ -40,3 +43,17 @@ def test_chunks_bound_the_memory_and_every_resample_is_made(monkeypatch):
     chunked = resampled(mean, [1000], [1], np.random.default_rng(1), 300)
     assert whole.shape == chunked.shape == (300,)
     assert abs(chunked.mean() - 499.5) < 2 and abs(whole.mean() - 499.5) < 2
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_each_rows_quantile_is_numpys_with_nan_left_out(q):
+    rng = np.random.default_rng(7)
+    values = rng.exponential(size=(200, 31))
+    assert np.array_equal(row_quantiles(values, q), np.quantile(values, q, axis=1))
+    values[rng.random(values.shape) < 0.3] = np.nan  # failed requests
+    values[5] = np.nan  # a resample of failures only
+    values[6, 1:] = np.nan  # one value
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = np.nanquantile(values, q, axis=1)
+    np.testing.assert_allclose(row_quantiles(values, q), expected, rtol=1e-12, equal_nan=True)

@@ -6,7 +6,6 @@ more than it serves."""
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 from loadlib.figures import capacity
 from loadlib.figures.capacity import (delivery, delivery_text, flow, judged_requests, level_block, level_flow,
-                                      level_table, littles_law, row_quantiles, slo_met_share)
+                                      level_table, littles_law, slo_met_share)
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import steady_cell
 from loadlib.figures.goodput import Slo
@@ -301,17 +300,3 @@ def test_the_delivery_in_words_names_arrivals_due_at_another_rate_than_offered()
     assert delivery_text(9.0, 8.5, 9.6, 16, 16, True, 0.2, 0.9) == \
         ("delivered 9.00 req/s of 16 offered (8.50–9.60; short of it: latency from the intended send 0.20 s, then "
          "0.90 s)")
-
-
-@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 1.0])
-def test_each_rows_quantile_is_numpys_with_nan_left_out(q):
-    rng = np.random.default_rng(7)
-    values = rng.exponential(size=(200, 31))
-    assert np.array_equal(row_quantiles(values, q), np.quantile(values, q, axis=1))
-    values[rng.random(values.shape) < 0.3] = np.nan  # failed requests
-    values[5] = np.nan  # a resample of failures only
-    values[6, 1:] = np.nan  # one value
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        expected = np.nanquantile(values, q, axis=1)
-    np.testing.assert_allclose(row_quantiles(values, q), expected, rtol=1e-12, equal_nan=True)
