@@ -140,7 +140,7 @@ def server_cells(entries: Iterable[dict[str, Any]], records: pd.DataFrame | None
 
     With the client's `records` (a records frame) and the server's `launch` flags, a gauge set at
     batch logs counts from the first scrape that surely read a value set within the cell
-    (`refresh_s`); without them, from the first scrape whose value changed since the cell's start.
+    (`refresh_s`); without them, from the second change of its value since the cell's start.
     """
     out = []
     for source, by_cell in _by_source_and_cell(entries).items():
@@ -409,19 +409,21 @@ def _prefix_hit_rate(names: MetricNames, start: dict, end: dict, during: list[di
 def _fresh_gauge(name: str, start: dict, entries: list[dict], refresh: float | None = None,
                  floor: float = 0.0) -> list[float]:
     """A gauge's values in `entries` that were set within the cell. The server sets such a gauge
-    once per logging interval, so a value may belong to the work before the cell: one is surely
-    the cell's once it changed since the cell's start, or when asked for `refresh` seconds (a
-    logging interval, `refresh_s`) or more after the start scrape came; the values before are left
-    out (a value may repeat: a periodic load gives identical intervals)."""
+    at the end of each logging interval, and the interval that ends first in the cell may have
+    begun before it (SGLang counts decode batches, not seconds: the cell before's last batches
+    and this cell's first share one interval). So a value is surely the cell's from the second
+    change since the start scrape, or when asked two logging intervals (`refresh`, `refresh_s`)
+    or more after it; the values before are left out (a value may repeat: a periodic load gives
+    identical intervals). A gauge counted at the scrape (`refresh` 0) is the cell's at once."""
     before = _gauge_mean(start, name, floor)
-    fresh_from = math.inf if refresh is None else start["t"] + refresh
-    values, changed = [], False
+    sure_from = math.inf if refresh is None else start["t"] + 2 * refresh
+    values, changes, last = [], 0, before
     for entry in entries:
         value = _gauge_mean(entry, name, floor)
         if value is None:
             continue
-        changed = changed or value != before or entry.get("t_asked", entry["t"]) >= fresh_from
-        if changed:
+        changes, last = changes + (value != last), value
+        if changes >= 2 or entry.get("t_asked", entry["t"]) >= sure_from:
             values.append(value)
     return values
 

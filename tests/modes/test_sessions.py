@@ -114,11 +114,13 @@ def test_every_turn_is_sent_once_labelled_and_hits_the_ideal_within_a_block(runs
     assert turns.groupby(["conversation", "agent", "turn"]).size().max() == 1
     assert "main" in set(turns["agent"]) and len(set(turns["agent"])) > 1  # sub-agents too
     off = turns[abs(turns["ideal_cached_tokens"] - turns["cached_tokens"]) > 64]
-    assert len(off) <= 0.1 * len(turns)
     for _i, miss in off.iterrows():  # only a race: a sibling with the same blocks in its prefill at the same time
         same = turns[(turns["conversation"] == miss["conversation"]) & (turns["request_id"] != miss["request_id"])]
         assert ((same["sent_at"] < miss["sent_at"] + miss["ttft_s"])
                 & (miss["sent_at"] < same["sent_at"] + same["ttft_s"])).any()
+    # the races cost little: token-weighted, the achieved hit is the ideal's within 2 points
+    ideal, achieved = (turns[column].sum() / turns["prompt_tokens"].sum() for column in ("ideal_cached_tokens", "cached_tokens"))
+    assert achieved == pytest.approx(ideal, abs=0.02)
     assert turns["ideal_cached_tokens"].sum() > 0.5 * turns["prompt_tokens"].sum()
     if name == "two processes":
         assert set(turns["worker"]) == {0, 1}

@@ -70,9 +70,11 @@ def client_records(chunks: int, n: int = 4) -> pd.DataFrame:
 # --- recorded metric texts -> per-cell figures ----------------------------------------------------
 
 @pytest.mark.parametrize("server, expected", [
-    # SGLang: accept length only as a gauge (mean of the scrape during the cell, 6.2, and at its
-    # end, 6.0); prefix hits from counters: 6000 cached of 8000 prompt tokens; TTFT 1.0 s / 4.
-    ("sglang", dict(server="SGLang", accept_length=6.1, accept_basis="gauge", prefix_hit_rate=0.75,
+    # SGLang: accept length only as a gauge: its end value, 6.0 (the scrape during the cell, 6.2,
+    # the first change since the start, may hold an interval begun before the cell, and without
+    # the client's records nothing tells that one surely passed); prefix hits from counters: 6000
+    # cached of 8000 prompt tokens; TTFT 1.0 s / 4.
+    ("sglang", dict(server="SGLang", accept_length=6.0, accept_basis="gauge", prefix_hit_rate=0.75,
                     prefix_basis="counter", running_mean=2.0, queued_mean=2.0, ttft_mean_s=0.25,
                     requests=4.0, generated_tokens=2048.0)),
     # vLLM (two engines, summed): 4096 tokens generated, 1600 of them accepted drafts, so 2496
@@ -146,8 +148,9 @@ def test_one_token_a_chunk_below_the_accept_length_is_not_a_merge():
 def test_a_gauge_value_repeated_after_a_logging_interval_still_counts():
     """A periodic load can give two logging intervals the same accept length: a value equal to the
     cell's start value, read when a decode-log interval has surely passed (the client's chunks a
-    step apart: 2.8 s / 85 gaps x 40 = 1.3 s), is the cell's; without the client's records it is
-    left out, as a value that may be stale."""
+    step apart: 2.8 s / 85 gaps x 40 = 1.3 s, two of them 2.6 s), is the cell's; without the
+    client's records it is left out, as a value that may be stale, and so is the end's, the first
+    change since the start (its interval may have begun before the cell): no figure."""
     entries = recorded_cell("sglang")
     start_value = next(v for n, _l, v in entries[0]["samples"] if n == "sglang:spec_accept_length")
     entries[1]["samples"] = [[n, labels, start_value if n == "sglang:spec_accept_length" else v]
@@ -156,7 +159,24 @@ def test_a_gauge_value_repeated_after_a_logging_interval_still_counts():
     [unsure] = server_figures.server_cells(entries)
     end_value = next(v for n, _l, v in entries[2]["samples"] if n == "sglang:spec_accept_length")
     assert fresh.accept_length == pytest.approx((start_value + end_value) / 2)
-    assert unsure.accept_length == pytest.approx(end_value)
+    assert unsure.accept_length is None and unsure.accept_basis is None
+
+
+def test_a_gauge_interval_begun_before_the_cell_is_left_out():
+    """SGLang sets its accept-length gauge every 40 decode batches, idle time not counted: the
+    interval that ends first in a cell began in the cell before (here 1.5 tokens a forward, then
+    6.2 and 6.0 in this one), so its value (4.0, half of each) read 0.5 s into the cell is not the
+    cell's; from two intervals after the start (2.6 s, the client's chunks tell) a value is."""
+    entries = recorded_cell("sglang")
+    straddling = {**entries[1], "t": T0 + 0.5, "samples": with_gauge(entries[1], "sglang:spec_accept_length", 4.0)}
+    entries[0]["samples"] = with_gauge(entries[0], "sglang:spec_accept_length", 1.5)
+    [cell] = server_figures.server_cells([entries[0], straddling, *entries[1:]], client_records(chunks=86))
+    assert cell.accept_length == pytest.approx((6.2 + 6.0) / 2) and cell.accept_basis == "gauge"
+
+
+def with_gauge(entry: dict, name: str, value: float) -> list:
+    """The entry's samples with the gauge `name` set to `value`."""
+    return [[n, labels, value if n == name else v] for n, labels, v in entry["samples"]]
 
 
 @pytest.mark.parametrize("server", ["sglang", "vllm", "llamacpp"])
@@ -204,7 +224,7 @@ def test_client_tok_per_chunk_beside_the_servers_accept_length(chunks, flagged):
     table = server_cell_table(server_figures.server_cells(recorded_cell("sglang")), client_records(chunks))
     row = table.iloc[0]
     assert row["client_tok_per_chunk"] == pytest.approx(512 / chunks)
-    assert row["divergence"] == pytest.approx(512 / chunks / 6.1 - 1)
+    assert row["divergence"] == pytest.approx(512 / chunks / 6.0 - 1)
     assert bool(row["diverges"]) is flagged
 
 
