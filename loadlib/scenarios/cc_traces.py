@@ -149,8 +149,8 @@ def _read_file(path: Path) -> Iterator[Conversation]:
     lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise TraceFormatError(f"{path}: no conversations")
-    try:  # a first line that is JSON on its own: one conversation a line
-        objects = [(f"{path} line {lines[0][0]}", orjson.loads(lines[0][1]))]
+    try:  # a first line that is JSON on its own: one conversation a line (a file of one: its name)
+        objects = [(f"{path} line {lines[0][0]}" if len(lines) > 1 else str(path), orjson.loads(lines[0][1]))]
     except orjson.JSONDecodeError:  # else one document, pretty-printed
         try:
             objects = [(str(path), orjson.loads(text))]

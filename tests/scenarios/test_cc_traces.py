@@ -138,6 +138,9 @@ def test_jsonl_and_sets_name_their_line_and_the_other_file(tmp_path):
     pretty.write_text(json.dumps(HAND, indent=2)[:-30])
     with pytest.raises(TraceFormatError, match=r"t\.json: not JSON \("):
         read_traces(pretty)
+    (tmp_path / "one.json").write_text(json.dumps({**HAND, "id": ""}))  # one conversation on one line: no line number
+    with pytest.raises(TraceFormatError, match=r"one\.json: a conversation needs an id"):
+        read_traces(tmp_path / "one.json")
     (tmp_path / "empty.json").write_text("\n")
     with pytest.raises(TraceFormatError, match=r"empty\.json: no conversations$"):
         read_traces(tmp_path / "empty.json")
