@@ -19,6 +19,9 @@ from loadlib.truth.server_figures import cell_records, cell_scenario
 
 COLUMNS = ["cell", "scenario", "gpu", "joules", "seconds", "mean_watts", "peak_watts", "completion_tokens",
            "joules_per_token", "tokens_per_joule", "energy_via", "samples", "meter"]
+# How far a steady draw's power samples and the energy counter's mean may differ: within 1 % on an
+# H100 (docs/server-truth.md), and a short cell's edges add a few tenths
+FLAT_DRAW = 0.03
 RECORD_COLUMNS = ["cell", "sent_at", "scenario", "ok", "completion_tokens"]  # what the table reads of the records
 
 
@@ -38,7 +41,7 @@ def energy_table(entries: Iterable[dict[str, Any]], records: pd.DataFrame) -> pd
         rows.append({
             "cell": cell.span.cell, "scenario": cell_scenario(cell.span, own), "gpu": cell.gpu,
             "joules": cell.joules, "seconds": cell.seconds, "mean_watts": mean_watts(cell.joules, cell.seconds),
-            "peak_watts": cell.peak_watts, "completion_tokens": tokens,
+            "peak_watts": peak_watts(cell.peak_watts, mean_watts(cell.joules, cell.seconds)), "completion_tokens": tokens,
             "joules_per_token": joules_per_token(cell.joules, tokens),
             "tokens_per_joule": tokens_per_joule(tokens, cell.joules),
             "energy_via": cell.energy_via, "samples": cell.samples, "meter": cell.meter,
@@ -48,6 +51,16 @@ def energy_table(entries: Iterable[dict[str, Any]], records: pd.DataFrame) -> pd
 
 def mean_watts(joules: float | None, seconds: float) -> float | None:
     return joules / seconds if joules is not None and seconds > 0 else None
+
+
+def peak_watts(sampled_peak: float | None, mean: float | None) -> float | None:
+    """The highest power sampled during the cell, where it is one: a highest sample clearly below
+    the cell's mean power (from the energy counter) missed the peaks (one scrape of a power gauge,
+    a sampler that ran once), so it is no peak and none is given. On a steady draw the two agree
+    within `FLAT_DRAW`: the counter is read a few ms off each edge of a short cell."""
+    if sampled_peak is None or (mean is not None and sampled_peak < mean * (1 - FLAT_DRAW)):
+        return None
+    return sampled_peak
 
 
 def joules_per_token(joules: float | None, completion_tokens: float) -> float | None:

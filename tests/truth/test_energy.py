@@ -105,6 +105,13 @@ def test_without_an_energy_counter_the_power_samples_are_integrated():
     assert found["0"]["mean_watts"] == pytest.approx(300.0) and found["0"]["peak_watts"] == 400.0
 
 
+def test_power_sampled_below_the_cells_mean_is_no_peak():
+    # 10 s of 400 W by the counter, the power gauge read once at 300 W: the spikes were missed
+    found = by_gpu(table([scrape(0.0, "start", dcgm_page({0: 9_000_000_000}, {0: 300})),
+                          scrape(10.0, "end", dcgm_page({0: 9_004_000_000}, {0: 300}))]))
+    assert found["0"]["mean_watts"] == pytest.approx(400.0) and found["0"]["peak_watts"] is None
+
+
 def test_a_counter_that_did_not_move_gives_no_figure():
     # dcgm-exporter collects every 30 s by default: a shorter cell may see the same counter twice
     page = dcgm_page({0: 9_000_000_000}, {0: 300})
@@ -193,7 +200,7 @@ def test_nvml_gives_each_gpus_energy_and_the_peak_its_sampler_saw(fake_nvml):
             fake_nvml.power_mw = [watts * 1000.0, 90_000.0]
             meter.sample()
         fake_nvml.power_mw = [200_000.0, 95_000.0]
-        fake_nvml.energy_mj = [e + 2_000_000 for e in fake_nvml.energy_mj]  # 2,000 J each over the 10 s
+        fake_nvml.energy_mj = [fake_nvml.energy_mj[0] + 2_000_000, fake_nvml.energy_mj[1] + 900_000]  # 2,000 J, 900 J
         end = nvml_scrape(meter, 10.0, "end")
     finally:
         meter.close()
@@ -201,7 +208,7 @@ def test_nvml_gives_each_gpus_energy_and_the_peak_its_sampler_saw(fake_nvml):
     found = by_gpu(table([start, end]))
     assert found["0"]["joules"] == pytest.approx(2000.0) and found["0"]["mean_watts"] == pytest.approx(200.0)
     assert found["0"]["peak_watts"] == pytest.approx(310.0) and found["1"]["peak_watts"] == pytest.approx(95.0)
-    assert found["all"]["joules"] == pytest.approx(4000.0)
+    assert found["1"]["mean_watts"] == pytest.approx(90.0) and found["all"]["joules"] == pytest.approx(2900.0)
     assert found["all"]["peak_watts"] == pytest.approx(400.0)  # 310 + 90, sampled together
     assert found["0"]["samples"] == 4 and found["0"]["meter"] == "nvml"  # three in the cell and the end's own
     assert energy.gpus_on_page(start) == [{"index": i, "name": "NVIDIA GeForce RTX 3090", "power_limit_w": 260.0}
