@@ -214,6 +214,8 @@ def _outputs(run: RunView) -> pd.DataFrame:
 
 
 def _output_cell(row: Any, first_run: bool) -> str:
+    if not row.one_prompt:
+        return f"{row.outputs} outputs, many prompts"
     if row.outputs > 1:
         return f"{row.outputs} outputs"
     if not first_run and not row.differs:
@@ -222,6 +224,8 @@ def _output_cell(row: Any, first_run: bool) -> str:
 
 
 def _verdict(group: pd.DataFrame) -> str:
+    if not group["one_prompt"].all():
+        return "not judged: many prompts"
     if (group["outputs"] > 1).any():
         return "VARIES within a run"
     return "DIFFERS" if group["differs"].any() else "identical"

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, ProtocolTables
+from loadlib.scenarios.base import ONE_PROMPT_KINDS
 
 SCALING_COLUMNS = ["run", "case", "concurrency", "reference_concurrency", "ratio", "linear", "efficiency"]
 
@@ -31,11 +32,14 @@ def differences(figures: pd.DataFrame, reference: str) -> pd.DataFrame:
 
 def outputs_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per scenario, the outputs of its successful requests: how many distinct (output hash,
-    completion tokens) there were, the most common hash and token count, and the set of them."""
+    completion tokens) there were, the most common hash and token count, and the set of them;
+    `one_prompt`: whether the scenario is one prompt (its kind in `ONE_PROMPT_KINDS`), so that
+    several outputs mean the server varies (a pool of issues or a dataset sends many)."""
     ok = df[df["ok"] & df["output_sha"].notna()]
-    grouped = ok.assign(output=ok["output_sha"] + ":" + ok["completion_tokens"].astype(str)).groupby(
-        "scenario", sort=False, observed=True)
+    grouped = ok.assign(output=ok["output_sha"] + ":" + ok["completion_tokens"].astype(str),
+                        one_prompt=ok["kind"].isin(ONE_PROMPT_KINDS)).groupby("scenario", sort=False, observed=True)
     return pd.DataFrame({
+        "one_prompt": grouped["one_prompt"].all(),
         "outputs": grouped["output"].nunique(),
         "output_sha": grouped["output_sha"].agg(lambda s: s.mode().iat[0]),
         "completion_tokens": grouped["completion_tokens"].agg(lambda s: s.mode().iat[0]),

@@ -18,6 +18,9 @@ COLD, WARM, ANY = "cold", "warm", "any"  # intended cache states
 # so that it loads neither the kinds' profile schemas nor their modules.
 LONG_CONTEXT_KIND = "long-context"  # its prefill per size
 TRACE_KIND = "trace"  # a recorded trace's requests (`loadlib.modes.trace`): its replay table
+# Kinds whose scenario name is one prompt, whose outputs at temperature 0 should be one: the
+# protocol's prompts, and "" (a locustfile's own task, or a record from before kinds were kept)
+ONE_PROMPT_KINDS = ("protocol", "")
 CONTEXT_OVERFLOW = "context overflow"  # the reason of an agent session's turn not sent for the model's context
 
 

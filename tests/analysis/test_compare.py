@@ -58,6 +58,14 @@ def test_outputs_that_vary_inside_one_run_are_flagged():
     assert section(document, "determinism").view.set_index("scenario").loc["code", "verdict"] == "VARIES within a run"
 
 
+def test_a_scenario_of_many_prompts_is_not_judged_by_its_outputs():
+    """A pool of issues sends a different prompt a request: its outputs differ by design."""
+    issues = [build_record(scenario="distinct-issues", kind="distinct-issues", round=r, output_sha=f"o{r}") for r in range(3)]
+    document = compare([build_run(issues, "a"), build_run(issues, "b")])
+    row = section(document, "determinism").view.set_index("scenario").loc["distinct-issues"]
+    assert row.tolist() == ["3 outputs, many prompts", "3 outputs, many prompts", "not judged: many prompts"]
+
+
 def test_settings_show_what_each_run_measured():
     a = single_run("a", [2.0])
     b = single_run("b", [2.0], max_tokens=1024)
