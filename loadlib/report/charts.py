@@ -26,6 +26,7 @@ from loadlib.figures import free_running, sessions
 from loadlib.figures import series as points
 from loadlib.figures.capacity import level_table
 from loadlib.modes.search import level_text
+from loadlib.report import text
 from loadlib.report.protocol import CASE_LABELS, PROTOCOL_CASES, scenario_label
 from loadlib.report.sections import ALL_STREAMS
 from loadlib.sweep.launch import OK
@@ -414,7 +415,7 @@ def _acceptance_curves(run: ChartRun) -> pd.DataFrame | None:
     if table.empty:
         return None
     return _frame(table["position"], table["expected_tokens"],
-                  name=[f"{cell} {scenario}".strip() for cell, scenario in zip(table["cell"], table["scenario"])])
+                  name=text.cell_labels(table["cell"], table["scenario"]))
 
 
 def _tokens_per_joule(run: ChartRun) -> pd.DataFrame | None:
@@ -424,7 +425,7 @@ def _tokens_per_joule(run: ChartRun) -> pd.DataFrame | None:
     if together["tokens_per_joule"].notna().sum() == 0:
         return None
     value = together["tokens_per_joule"].astype(float)
-    return _frame([f"{cell} {scenario}".strip() for cell, scenario in zip(together["cell"], together["scenario"])],
+    return _frame(text.cell_labels(together["cell"], together["scenario"]),
                   value, text=[f"{v:.2f}" if np.isfinite(v) else None for v in value])
 
 

@@ -272,7 +272,7 @@ def energy_section(table: pd.DataFrame) -> Section:
         f"power sample during the cell, samples = how many ({samples}); J/token and tokens/J over the completion "
         "tokens of the cell's successful requests; all = every GPU read: J summed, the peak of their summed power)",
         table, pd.DataFrame({
-            "cell": [f"{cell} {scenario}".strip() for cell, scenario in zip(table["cell"], table["scenario"])],
+            "cell": text.cell_labels(table["cell"], table["scenario"]),
             "GPU": table["gpu"].astype(str),
             "J": text.column(table["joules"], 0),
             "s": text.column(table["seconds"], 2),
@@ -386,7 +386,7 @@ def position_section(curves: pd.DataFrame) -> Section:
         "verify; a block drafter such as DFLASH drafts otherwise at another block size); at the length run it is "
         "the accept length)",
         curves, pd.DataFrame({
-            "cell": [f"{cell} {scenario}".strip() for cell, scenario in zip(curves["cell"], curves["scenario"])],
+            "cell": text.cell_labels(curves["cell"], curves["scenario"]),
             "from": [f"{basis} ({source})" if source else basis for basis, source in zip(curves["basis"], curves["source"])],
             "verify steps": text.column(curves["verify_steps"], 0),
             "p(k), k = 1..N": [" ".join(text.num(p, 2) for p in shares) for shares in curves["accepted_share"]],

@@ -67,7 +67,7 @@ def server_cell_table(cells: list[server_figures.ServerCell], records: pd.DataFr
 def server_cells_section(table: pd.DataFrame) -> Section:
     view = pd.DataFrame({
         "source": table["source"].astype(str),
-        "cell": [_label(cell, scen) for cell, scen in zip(table["cell"], table["scenario"])],
+        "cell": text.cell_labels(table["cell"], table["scenario"]),
         "accept len": text.column(table["accept_length"], 2),
         "accept via": _basis(table["accept_basis"]),
         "per draft": text.column(table["accept_per_draft"], 2),
@@ -104,7 +104,7 @@ def divergence_section(table: pd.DataFrame, stream_interval: int | None = None) 
                  "divergence"]],
         pd.DataFrame({
             "source": flagged["source"].astype(str),
-            "cell": [_label(cell, scen) for cell, scen in zip(flagged["cell"], flagged["scenario"])],
+            "cell": text.cell_labels(flagged["cell"], flagged["scenario"]),
             "accept len": text.column(flagged["accept_length"], 2),
             "client tok/chunk": text.column(flagged["client_tok_per_chunk"], 2),
             "diff": [text.signed_percent(v * 100) for v in flagged["divergence"]],
@@ -121,14 +121,10 @@ def router_split_section(splits: list[server_figures.RouterSplit], records: pd.D
     return Section(
         "router_split", "Router: requests sent to each worker per cell (counted by sglang-router)",
         data, pd.DataFrame({
-            "cell": [_label(cell, scen) for cell, scen in zip(data["cell"], data["scenario"])],
+            "cell": text.cell_labels(data["cell"], data["scenario"]),
             "worker": data["worker"].astype(str),
             "requests": text.column(data["requests"], 0),
         }), keys=("source", "cell", "scenario", "worker"), left=("cell", "worker"), optional=True)
-
-
-def _label(cell: str, scenario: str) -> str:
-    return f"{cell} {scenario}" if scenario else cell
 
 
 def _basis(values: pd.Series) -> list[str]:

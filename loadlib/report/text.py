@@ -44,6 +44,13 @@ def signed_percent(value: Any) -> str:
     return f"{value:+.1f}%".replace("-0.0%", "+0.0%")
 
 
+def cell_labels(cells: Iterable[Any], scenarios: Iterable[Any]) -> list[str]:
+    """Each cell with its scenario ("single code"); a cell named after its scenario (a locustfile's
+    own task: cell and scenario both "short") or without one, alone."""
+    return [str(cell) if not scenario or scenario == cell else f"{cell} {scenario}"
+            for cell, scenario in zip(cells, scenarios)]
+
+
 def grid(cells: pd.DataFrame, index: str, columns: str, rows_order: Sequence[Any],
          columns_order: Sequence[Any]) -> pd.DataFrame:
     """Formatted cells (a long table with a `cell` column) spread into rows x columns, "-" where

@@ -149,8 +149,9 @@ def _read_file(path: Path) -> Iterator[Conversation]:
     lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise TraceFormatError(f"{path}: no conversations")
-    try:  # a first line that is JSON on its own: one conversation a line (a file of one: its name)
-        objects = [(f"{path} line {lines[0][0]}" if len(lines) > 1 else str(path), orjson.loads(lines[0][1]))]
+    by_line = len(lines) > 1 or path.suffix == ".jsonl"  # a .json file of one line is named, not numbered
+    try:  # a first line that is JSON on its own: one conversation a line
+        objects = [(f"{path} line {lines[0][0]}" if by_line else str(path), orjson.loads(lines[0][1]))]
     except orjson.JSONDecodeError:  # else one document, pretty-printed
         try:
             objects = [(str(path), orjson.loads(text))]

@@ -114,6 +114,9 @@ def test_the_summary_shows_one_curve_a_row_labelled_an_estimate_of_acceptance_no
          "expected tokens/step at draft length 1..N": "1.60 2.00 2.30"},
         {"cell": "c2-same cn_essay", "from": "per-request histograms", "verify steps": "10", "p(k), k = 1..N": "0.50",
          "expected tokens/step at draft length 1..N": "1.50"}]
+    # a locustfile's own task: the cell is named after its scenario, and said once
+    own = records_frame([spec_record("short", scenario="short", steps=10, accepted=5, histogram="5,5", case="locust")])
+    assert position_section(acceptance.curves(acceptance.position_table(own))).view["cell"].tolist() == ["short"]
     # the curve at the length run is the accept length measured
     assert acceptance.accept_length(10, 13) == pytest.approx(2.3)
     text = render_summary([spec_record("c2-same", steps=10, accepted=13, histogram="4,2,1,3")], {})
