@@ -7,8 +7,14 @@ kind, version, model and launch flags), `scenario.load` the cell's workload (thi
 prompts' lengths, the cell's streams or arrival rate, the run's command and profile), and
 `results.request_performance.aggregate` the cell's requests, latencies and rates
 (`loadlib.figures.cell_requests`; each statistic with llm-d's percentiles p0p1 ... p99p9).
+`results.session_performance` is written for a cell of agent sessions (`loadlib.figures.sessions`:
+a session is one copy of one conversation, it failed where one of its turns failed) and
+`results.observability` where the run scraped its server during the cell: one component entry
+per scraped source (`replica_id`: the source's name, the GPU meter's "gpu"), under the stack's
+label, with the gauges, prefix hit rate and power of `loadlib.figures.cell_server`.
 Written as JSON, which llm-d reads as YAML. Left out: the ITL (the journal keeps each request's
-mean chunk gap, not a gap per token), `session_performance`, `observability`.
+mean chunk gap, not a gap per token), the sessions' cancelled events (a turn never sent leaves no
+record), the cell's energy in joules (the schema has watts only).
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from loadlib.figures import cell_server
 from loadlib.figures.cell_requests import CellRequests, distribution
+from loadlib.figures.sessions import sessions_table
 from loadlib.outputs import cell_files
+from loadlib.truth import energy, server_figures
 
 if TYPE_CHECKING:
     from loadlib.outputs import Reading
@@ -46,10 +55,22 @@ def write(view: RunView, out: Path) -> str:
     lines = []
     experiment = _experiment_id(view)
     for path, stage, cell, server in cell_files(view, out):
-        path.write_text(json.dumps(report(cell, stage, server, experiment), indent=2), encoding="utf-8")
-        count = len(cell.records)
-        lines.append(f"{path}  stage {stage} {cell.name}: {count} request{'s' * (count != 1)}, {cell.failed} failed")
+        found = report(cell, stage, server, experiment)
+        path.write_text(json.dumps(found, indent=2), encoding="utf-8")
+        lines.append(f"{path}  stage {stage} {cell.name}: {_counts(cell, found['results'])}")
     return "\n".join(lines)
+
+
+def _counts(cell: CellRequests, results: dict[str, Any]) -> str:
+    """What a report holds, in words: its requests, its sessions, the sources its observability names."""
+    count = len(cell.records)
+    said = [f"{count} request{'s' * (count != 1)}, {cell.failed} failed"]
+    if "session_performance" in results:
+        sessions = results["session_performance"]["sessions"]
+        said.append(f"{sessions['total']} session{'s' * (sessions['total'] != 1)}, {sessions['failed']} failed")
+    if "observability" in results:
+        said.append("observability of " + ", ".join(c["replica_id"] for c in results["observability"]["components"]))
+    return "; ".join(said)
 
 
 def report(cell: CellRequests, stage: int, view: RunView, experiment: str) -> dict[str, Any]:
@@ -62,7 +83,9 @@ def report(cell: CellRequests, stage: int, view: RunView, experiment: str) -> di
                          "duration": f"PT{cell.duration_s:.3f}S"},
                 "description": f"{manifest.get('model') or 'model'} [{view.label}/{cell.name}]"},
         "scenario": {"load": _load(cell, stage, manifest)},
-        "results": {"request_performance": {"aggregate": _aggregate(cell)}},
+        "results": _present({"request_performance": {"aggregate": _aggregate(cell)},
+                             "session_performance": _session_performance(cell),
+                             "observability": _observability(cell, view)}),
     }
     stack = _stack(view)
     if stack:
@@ -81,15 +104,19 @@ def _stack(view: RunView) -> list[dict[str, Any]]:
     if not isinstance(server, dict) or not server.get("kind"):
         return []
     launch = server.get("launch") if isinstance(server.get("launch"), dict) else None
-    label = (view.manifest.get("target") or {}).get("label") or "server"
     return [{
-        "metadata": {"schema_version": "0.0.1", "label": label, "cfg_id": _config_id(launch or server),
+        "metadata": {"schema_version": "0.0.1", "label": _server_label(view), "cfg_id": _config_id(launch or server),
                      "description": f"{server['kind']} serving {view.manifest.get('model')}"},
         "standardized": {"kind": "generic", "tool": str(server["kind"]),
                          "tool_version": str(server.get("version") or "unknown"),
                          "model": {"name": str(view.manifest.get("model"))}},
         "native": {"args": launch},
     }]
+
+
+def _server_label(view: RunView) -> str:
+    """The server's label in the stack, which its observability entries name."""
+    return (view.manifest.get("target") or {}).get("label") or "server"
 
 
 def _load(cell: CellRequests, stage: int, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -147,8 +174,54 @@ def _aggregate(cell: CellRequests) -> dict[str, Any]:
     return {"requests": _present(requests), "latency": _present(latency), "throughput": throughput}
 
 
+def _session_performance(cell: CellRequests) -> dict[str, Any] | None:
+    """The cell's agent sessions as a SessionPerformance; None for a cell without sessions."""
+    sessions = sessions_table(cell.records)
+    if sessions.empty:
+        return None
+    failed = int((sessions["turns_failed"] > 0).sum())
+    rate = cell.per_second(len(sessions))
+    return {"sessions": _present({
+        "total": len(sessions), "succeeded": len(sessions) - failed, "failed": failed,
+        "total_events": int(sessions["turns"].sum()),
+        "total_events_completed": int(sessions["turns"].sum() - sessions["turns_failed"].sum()),
+        "session_rate": {"units": "queries/s", "mean": rate} if rate is not None else None,
+        "session_duration": _statistics(sessions["duration_s"], "s"),
+        "events_per_session": _statistics(sessions["turns"], "count"),
+        "input_tokens_per_session": _statistics(sessions["prompt_tokens"], "count"),
+        "output_tokens_per_session": _statistics(sessions["completion_tokens"], "count"),
+    })}
+
+
+def _observability(cell: CellRequests, view: RunView) -> dict[str, Any] | None:
+    """What the run scraped of its server during the cell, as an Observability; None where nothing."""
+    servers = view.once("llmd server cells", lambda: server_figures.server_cells(
+        view.scrapes, view.records, (view.manifest.get("server") or {}).get("launch")))
+    components = []
+    for source in cell_server.source_figures(cell.name, view.scrapes, servers):
+        rates = source.prefix_hit_rates
+        hit = {"units": "fraction", "mean": float(np.mean(rates)),
+               **({"min": min(rates), "max": max(rates)} if len(rates) > 1 else {})} if rates else None
+        components.append((source.source, {
+            "kv_cache_usage": _as_statistics(source.gauges["kv_use"], "fraction"), "cache_hit_rate": hit,
+            "running_requests": _as_statistics(source.gauges["running"], "count"),
+            "waiting_requests": _as_statistics(source.gauges["queued"], "count")}))
+    power = cell_server.cell_power(cell.name, view.energy)
+    if power is not None and power.mean_watts is not None:
+        components.append((energy.GPU_SOURCE, {"power_consumption": _present(
+            {"units": "Watts", "mean": power.mean_watts, "max": power.peak_watts})}))
+    label = _server_label(view)
+    found = [{"component_label": label, "replica_id": source, "aggregate": _present(aggregate)}
+             for source, aggregate in components if _present(aggregate)]
+    return {"components": found} if found else None
+
+
 def _statistics(values: Any, units: str) -> dict[str, Any] | None:
-    found = distribution(np.asarray(values, dtype="float64"))
+    return _as_statistics(distribution(np.asarray(values, dtype="float64")), units)
+
+
+def _as_statistics(found: dict[str, float] | None, units: str) -> dict[str, Any] | None:
+    """A distribution (`cell_requests.distribution`) as a Statistics in `units`."""
     if found is None:
         return None
     return {"units": units, **{STAT_KEYS.get(key, f"p{key}"): value for key, value in found.items()}}

@@ -6,7 +6,8 @@ the setup, the traffic, the counts and rates over the duration, `{mean,median,st
 itl,e2el}_ms`, and the per-request arrays), each cell's figures by `loadlib.figures.cell_requests`
 (its window is vLLM's duration). Where the journal cannot give vLLM's own figure the file says so
 in `notes`, a key of its own (vLLM's `--metadata` adds such keys): the ITLs are each request's
-mean chunk gap repeated, `start_times` are epoch seconds, `generated_texts` are not kept.
+mean chunk gap repeated (`CellRequests.chunk_gaps_s`), `start_times` are epoch seconds,
+`generated_texts` are not kept.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ if TYPE_CHECKING:
 HELP = "vllm bench serve's result JSON, one file per cell, with the per-request arrays"
 BACKEND = "openai-chat"  # vLLM's name for what the tool sends: streaming chat completions
 METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "total_s"}  # vLLM's name -> the cell's samples
-NOTES = ("itls: each request's mean gap between stream chunks, once per gap (the journal keeps no stamp per chunk): "
-         "mean_itl_ms is exact, the ITL percentiles are of requests' mean gaps; max_output_tokens_per_s counts "
-         "chunks at those evenly spaced times",
+NOTES = ("itls: per request, one gap per stream chunk after the first (as vLLM's: a chunk of k tokens is one gap; "
+         "vLLM counts every chunk with choices, this tool those that carry output), summing to the time from the "
+         "first chunk to the last, but each is the request's mean gap: the journal keeps no stamp per chunk, so "
+         "mean_itl_ms is exact while the ITL's std and percentiles are of requests' mean gaps (a stall within a "
+         "request is spread over its gaps); max_output_tokens_per_s counts chunks at those evenly spaced times",
          "start_times: epoch seconds of each send; duration: the cell's first send to its last end",
          "generated_texts: not kept (the journal keeps each output's hash)")
 DETAILED = ("ttfts", "latencies", "output_lens")  # a result with these arrays has its requests' samples

@@ -7,9 +7,11 @@ The two schemas, as their sources define them (read, not copied; the encodings b
   at 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1 (`main_async`'s `result_json`, `benchmark`'s
   `result`, `process_one_metric`'s `{mean,median,std,pN}_{metric}_ms`).
 - llm-d Benchmark Report 0.2.1: llm-d/llm-d-benchmark, llmdbenchmark/analysis/benchmark_report/
-  schema_v0_2.py, schema_v0_2_1.py, schema_v0_2_components.py and base.py (`Units`) at
-  8bc9f1ddd873a24f1657d6cca2e0d0fb6947dd36: pydantic models whose `extra="forbid"` refuses any
-  field they do not declare.
+  schema_v0_2.py, schema_v0_2_1.py, schema_v0_2_components.py and base.py (`Units` and the lists of
+  units each field takes) at 8bc9f1ddd873a24f1657d6cca2e0d0fb6947dd36: pydantic models whose
+  `extra="forbid"` refuses any field they do not declare, but for `Observability`, which allows
+  more keys. `results.session_performance` is `SessionPerformance` (its `SessionRequests`),
+  `results.observability` `Observability` (its `ComponentObservability` and `ResourceMetrics`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Any
 import pytest
 
 from analysis.__main__ import main
-from tests.analysis.builders import free_running_records, profile_run, protocol_run
-from tests.conftest import FAST_SIM, protocol_profile, run_locust
+from loadlib.records import read_records
+from tests.analysis.builders import free_running_records, profile_run, protocol_run, session_records
+from tests.conftest import FAST_SIM, protocol_profile, run_locust_together
 
 NUMBER = (int, float)
 TEXT = (str,)
@@ -65,7 +68,8 @@ def check_vllm_result(result: dict[str, Any]) -> None:
 # --- llm-d's Benchmark Report 0.2.1 ------------------------------------------------------------------
 
 UNITS = {"quantity": {"count", "pixels"}, "time": {"ms", "s"}, "gen_latency": {"ms/token", "s/token"},
-         "gen_throughput": {"tokens/s"}, "request_throughput": {"queries/s"}}
+         "gen_throughput": {"tokens/s"}, "request_throughput": {"queries/s"}, "portion": {"percent", "fraction"},
+         "memory": {"bytes", "MB", "GB", "TB", "MiB", "GiB", "TiB"}, "power": {"Watts"}}
 PERCENTILE_KEYS = ("mode", "min", "p0p1", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "p99p9", "max")
 
 
@@ -84,6 +88,23 @@ SEQUENCE_LENGTH = model({"distribution": {"fixed", "gaussian", "uniform", "other
                         {"std_dev": NUMBER, "min": (int,), "max": (int,)})
 GENERIC_COMPONENT = model({"kind": {"generic"}, "tool": TEXT, "tool_version": TEXT}, extra=True)
 NATIVE = model(optional={"args": (dict, type(None)), "envars": (dict, type(None)), "config": object})
+SESSION_PERFORMANCE = model(optional={"sessions": model({"total": (int,)}, {
+    "succeeded": (int,), "failed": (int,), "total_events": (int,), "total_events_completed": (int,),
+    "total_events_cancelled": (int,), "session_rate": statistics("request_throughput"),
+    "session_duration": statistics("time"), "events_per_session": statistics("quantity"),
+    "events_cancelled_per_session": statistics("quantity"), "input_tokens_per_session": statistics("quantity"),
+    "output_tokens_per_session": statistics("quantity")})})
+RESOURCE_METRICS = model(optional={
+    **{name: statistics("portion") for name in ("kv_cache_usage", "cache_hit_rate", "gpu_cache_usage",
+                                                "cpu_cache_usage", "gpu_utilization", "cpu_utilization")},
+    **{name: statistics("memory") for name in ("gpu_memory_usage", "cpu_memory_usage", "storage_usage")},
+    **{name: statistics("quantity") for name in ("running_requests", "waiting_requests", "swapped_requests",
+                                                 "preemptions")},
+    "power_consumption": statistics("power")})
+OBSERVABILITY = model(optional={
+    "components": [model({"component_label": TEXT}, {"replica_id": TEXT, "aggregate": RESOURCE_METRICS,
+                                                     "time_series": (dict,), "raw_data_path": TEXT, "graph_path": TEXT})],
+    "drop_rate": statistics("portion"), "pod_startup_times": (dict,), "replica_status": (dict,)}, extra=True)
 REPORT = model({
     "run": model({"uid": TEXT}, {"eid": TEXT, "cid": TEXT, "pid": TEXT, "user": TEXT, "description": TEXT,
                                  "keywords": (list,),
@@ -103,7 +124,8 @@ REPORT = model({
                                           "total_token_rate": statistics("gen_throughput"),
                                           "request_rate": statistics("request_throughput")})}),
             "time_series": (dict,)}),
-        "session_performance": (dict,), "observability": (dict,), "profiling": object, "component_health": (list,)}),
+        "session_performance": SESSION_PERFORMANCE, "observability": OBSERVABILITY, "profiling": object,
+        "component_health": (list,)}),
 }, {
     "version": TEXT,
     "scenario": model(optional={
@@ -155,9 +177,20 @@ def test_the_schema_check_refuses_what_the_schema_refuses():
                            "time_to_first_token": {"units": "tokens/s", "mean": 1.0}}}}}}, "tokens/s"),
                        ({**good, "scenario": {"load": {"metadata": {}, "native": {}, "standardized": {
                            "tool": "t", "tool_version": "1", "source": "made-up",
-                           "input_seq_len": {"distribution": "fixed", "value": 1}}}}}, "made-up")):
+                           "input_seq_len": {"distribution": "fixed", "value": 1}}}}}, "made-up"),
+                       ({**good, "results": {"session_performance": {"sessions": {"failed": 1}}}},
+                        "sessions.total: required"),
+                       ({**good, "results": {"session_performance": {"sessions": {
+                           "total": 1, "session_duration": {"units": "count", "mean": 1.0}}}}}, "count"),
+                       ({**good, "results": {"observability": {"components": [{"replica_id": "target"}]}}},
+                        r"components\[0\].component_label: required"),
+                       ({**good, "results": {"observability": {"components": [{"component_label": "server", "aggregate": {
+                           "power_consumption": {"units": "W", "mean": 200.0}}}]}}}, "'W' not one of"),
+                       ({**good, "results": {"observability": {"components": [{"component_label": "server", "aggregate": {
+                           "requests_running": {"units": "count", "mean": 2.0}}}]}}}, "requests_running: not a field")):
         with pytest.raises(AssertionError, match=field):
             check(bad, REPORT)
+    check({**good, "results": {"observability": {"vllm_kv_cache_usage_perc": 0.4}}}, REPORT)  # its own keys: allowed
 
 
 # --- the exports --------------------------------------------------------------------------------------
@@ -167,10 +200,13 @@ MANIFEST = {"model": "qwen", "started_at": "2026-12-07T09:00:00+0000", "tool": {
             "server": {"kind": "sglang", "version": "0.5.2", "launch": {"tp_size": 2}}}
 
 
-def exported(tmp_path: Path, run_dir: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
+def exported(tmp_path: Path, run_dir: Path, fmt: str, capsys: pytest.CaptureFixture[str],
+             printed: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each file the export wrote, by cell; `printed` gets what it printed, one line a file."""
     out = tmp_path / f"out-{fmt}"
     assert main(["export", str(run_dir), "--format", fmt, "--out", str(out)]) == 0
-    printed = capsys.readouterr().out.splitlines()
+    printed = printed if printed is not None else []
+    printed += capsys.readouterr().out.splitlines()
     files = {path.stem: json.loads(path.read_text()) for path in sorted(out.glob("*.json"))}
     assert sorted(line.split()[0] for line in printed) == [str(out / f"{cell}.json") for cell in files]
     return files
@@ -229,6 +265,85 @@ def test_llmd_reports_a_conversations_turns(write_run, tmp_path, capsys):
     load = reports["single"]["scenario"]["load"]["standardized"]
     assert load["multi_turn"] == {"enabled": True, "max_turns": {"distribution": "other", "value": 2, "max": 2}}
     assert "multi_turn" not in reports["c2-radix-hit"]["scenario"]["load"]["standardized"]
+
+
+def test_llmd_reports_a_sessions_cells_sessions(write_run, tmp_path, capsys):
+    """session_records' two sessions, the last sub-agent's turn failed: a (lane 0) two turns from 0 s
+    to 3 s, b (lane 1) three from 0.5 s to 2.7 s; 1,000 prompt tokens a turn, 101 completion tokens
+    an answer; the cell's window 0-3 s."""
+    records = session_records()
+    records[-1] = {**records[-1], "error": "http_500", "http_status": 500, "ttft_s": None, "completion_tokens": None}
+    printed: list[str] = []
+    report = exported(tmp_path, write_run(records, MANIFEST), "llmd", capsys, printed)["sessions-u2"]
+    check(report, REPORT)
+    assert printed == [f"{tmp_path / 'out-llmd' / 'sessions-u2.json'}  stage 0 sessions-u2: 5 requests, 1 failed; "
+                       "2 sessions, 1 failed"]
+    sessions = report["results"]["session_performance"]["sessions"]
+    counts = ("total", "succeeded", "failed", "total_events", "total_events_completed")
+    assert [sessions[key] for key in counts] == [2, 1, 1, 5, 4]
+    assert sessions["session_rate"] == {"units": "queries/s", "mean": pytest.approx(2 / 3)}
+    duration = sessions["session_duration"]
+    assert duration["units"] == "s" and [duration[key] for key in ("min", "mean", "max")] == pytest.approx([2.2, 2.6, 3.0])
+    assert [sessions["events_per_session"][key] for key in ("units", "min", "max")] == ["count", 2, 3]
+    assert [sessions["input_tokens_per_session"][key] for key in ("min", "max")] == [2000, 3000]
+    assert [sessions["output_tokens_per_session"][key] for key in ("min", "max")] == [202, 202]
+    assert "events_cancelled_per_session" not in sessions  # a turn never sent leaves no record
+    assert "observability" not in report["results"]  # nothing scraped
+
+
+def sglang_page(running: int, queued: int, token_usage: float, cached: int, prompt: int) -> str:
+    """SGLang's /metrics as the run keeps it: its scheduler's gauges and its prompt-token counters."""
+    return (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
+            f"# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs {queued}\n"
+            f"# TYPE sglang:token_usage gauge\nsglang:token_usage {token_usage}\n"
+            f"# TYPE sglang:cached_tokens counter\nsglang:cached_tokens_total {cached}\n"
+            f"# TYPE sglang:prompt_tokens counter\nsglang:prompt_tokens_total {prompt}\n")
+
+
+def dcgm_page(energy_mj: int, watts: int) -> str:
+    return (f'# TYPE DCGM_FI_DEV_POWER_USAGE gauge\nDCGM_FI_DEV_POWER_USAGE{{gpu="0"}} {watts}\n'
+            f'# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n'
+            f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0"}} {energy_mj}\n')
+
+
+def scraped(offset: float, phase: str, text: str, source: str = "target", cell: str | None = "steady") -> dict:
+    """One scrape as metrics.jsonl keeps it, `offset` seconds after free_running_records' first send."""
+    return {"t": 1_700_000_000.0 + offset, "source": source, "url": f"http://127.0.0.1:30000/{source}", "phase": phase,
+            "cell_index": 0 if cell else None, "cell": cell, "case": "steady" if cell else None, "error": None,
+            "text": text}
+
+
+def test_llmd_reports_what_the_run_scraped_of_its_server_during_the_cell(write_run, tmp_path, capsys):
+    """The steady cell (0-7 s) framed by scrapes at -0.1 s and 7.1 s, two scrapes during it: running
+    2 then 1, queued 0 then 3, KV cache 25 % then 75 %; 300 of 1,000 prompt tokens cached over the
+    cell (counters). The GPU meter counts 1,440 J in 7.2 s (200 W), 250 W at most. Scrapes outside
+    the cell (running 9) are not its."""
+    run_dir = write_run(free_running_records(), MANIFEST)
+    entries = [scraped(-1.0, "run-start", sglang_page(9, 9, 1.0, 0, 0), cell=None),
+               scraped(-0.1, "start", sglang_page(0, 0, 0.1, 100, 100)),
+               scraped(2.0, "interval", sglang_page(2, 0, 0.25, 200, 500)),
+               scraped(4.0, "interval", sglang_page(1, 3, 0.75, 300, 800)),
+               scraped(7.1, "end", sglang_page(0, 0, 0.5, 400, 1100)),
+               scraped(8.0, "interval", sglang_page(9, 9, 1.0, 400, 1100), cell=None),
+               scraped(-0.1, "start", dcgm_page(0, 150), "gpu"),
+               scraped(3.5, "interval", dcgm_page(700_000, 250), "gpu"),
+               scraped(7.1, "end", dcgm_page(1_440_000, 190), "gpu")]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    printed: list[str] = []
+    report = exported(tmp_path, run_dir, "llmd", capsys, printed)["steady"]
+    check(report, REPORT)
+    assert printed[0].endswith("stage 0 steady: 7 requests, 1 failed; observability of target, gpu")
+    label = report["scenario"]["stack"][0]["metadata"]["label"]
+    target, gpu = report["results"]["observability"]["components"]
+    assert (target["component_label"], target["replica_id"], gpu["component_label"], gpu["replica_id"]) == (
+        label, "target", label, "gpu")
+    server = target["aggregate"]
+    assert [server["running_requests"][key] for key in ("units", "mean", "min", "max")] == ["count", 1.5, 1, 2]
+    assert [server["waiting_requests"][key] for key in ("mean", "max")] == [1.5, 3]
+    assert [server["kv_cache_usage"][key] for key in ("units", "mean", "p50", "max")] == ["fraction", 0.5, 0.5, 0.75]
+    assert server["cache_hit_rate"] == {"units": "fraction", "mean": pytest.approx(0.3)}
+    assert gpu["aggregate"] == {"power_consumption": {"units": "Watts", "mean": pytest.approx(200.0), "max": 250.0}}
+    assert "session_performance" not in report["results"]
 
 
 def test_an_exported_vllm_result_reads_back_to_the_same_figures(write_run, tmp_path, capsys):
@@ -292,26 +407,62 @@ def test_an_unknown_export_format_is_one_line_exit_2(write_run, capsys):
         "python -m analysis export: unknown --format 'csv' (one of: vllm, llmd)"]
 
 
+SESSIONS_PROFILE = """
+[load]
+mode = "sessions"
+sessions = 2
+[scenarios.agent]
+kind = "agent-trace"
+path = "{path}"
+think_time_scale = 0.0
+"""
+
+
 @pytest.mark.processes
-def test_a_real_run_exports_both_formats_and_its_vllm_result_reads_back(tmp_path):
-    """A closed-loop run against the simulator, exported by the command line; each file checked
-    against its schema, and compare reads the vLLM result as the run's twin."""
-    profile = tmp_path / "closed.toml"
-    profile.write_text(protocol_profile("closed", 32, duration_s=1.5, warmup_s=0.3))
-    run = run_locust(["--headless", "-u", "2", "--profile", str(profile), "--sim-args", FAST_SIM,
-                      "--run-dir", str(tmp_path / "run")], cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-2000:]
+def test_real_runs_export_both_formats_and_the_vllm_result_reads_back(tmp_path):
+    """A closed-loop run and a run of two agent sessions against the simulator, its /metrics scraped
+    every 0.2 s, exported (the closed run by the command line); each file checked against its
+    schema, the llm-d reports with what the server's gauges said during the cell and the sessions'
+    figures, and compare reads the vLLM result as the closed run's twin."""
+    from loadlib.scenarios.cc_traces import write_jsonl
+    from loadlib.scenarios.cc_traces_gen import SessionShape, generate
+
+    (tmp_path / "closed.toml").write_text(protocol_profile("closed", 32, duration_s=1.5, warmup_s=0.3))
+    write_jsonl(generate(2, seed=3, scope="local", shape=SessionShape(
+        turns=(2, 3), tool_call_out=(8, 16), answer_out=(8, 16), subagent_share=0.0, tool_result_tokens=(100, 500),
+        tool_tokens=(1000, 2000), system_tokens=(500, 1000))), tmp_path / "trace.jsonl")
+    (tmp_path / "sessions.toml").write_text(SESSIONS_PROFILE.format(path=tmp_path / "trace.jsonl"))
+    dirs = {"closed": tmp_path / "run", "sessions": tmp_path / "sessions"}  # compare names the closed run "run"
+    runs = run_locust_together({name: (["--headless", "-u", "2", "--profile", str(tmp_path / f"{name}.toml"),
+                                        "--sim-args", FAST_SIM, "--metrics-interval", "0.2", "--run-dir", str(run_dir)],
+                                       tmp_path) for name, run_dir in dirs.items()})
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
     for fmt in ("vllm", "llmd"):
-        done = subprocess.run([sys.executable, "-m", "analysis", "export", str(tmp_path / "run"), "--format", fmt],
+        done = subprocess.run([sys.executable, "-m", "analysis", "export", str(dirs["closed"]), "--format", fmt],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split()[0] == str(tmp_path / "run" / "exports" / fmt / "closed.json")
-    result = json.loads((tmp_path / "run" / "exports" / "vllm" / "closed.json").read_text())
+        assert done.stdout.split()[0] == str(dirs["closed"] / "exports" / fmt / "closed.json")
+    assert main(["export", str(dirs["sessions"]), "--format", "llmd"]) == 0
+    result = json.loads((dirs["closed"] / "exports" / "vllm" / "closed.json").read_text())
     check_vllm_result(result)
     assert result["completed"] > 10 and result["model_id"]
-    check(json.loads((tmp_path / "run" / "exports" / "llmd" / "closed.json").read_text()), REPORT)
-    done = subprocess.run([sys.executable, "-m", "analysis", "compare", str(tmp_path / "run"),
-                           str(tmp_path / "run" / "exports" / "vllm" / "closed.json"), "--json"],
+    closed = json.loads((dirs["closed"] / "exports" / "llmd" / "closed.json").read_text())
+    check(closed, REPORT)
+    [target] = closed["results"]["observability"]["components"]
+    assert (target["component_label"], target["replica_id"]) == (closed["scenario"]["stack"][0]["metadata"]["label"],
+                                                                  "target")
+    running = target["aggregate"]["running_requests"]
+    assert 0 < running["mean"] <= running["max"] <= 2  # two users
+    [(name, sessions_report)] = [(path.stem, json.loads(path.read_text()))
+                                 for path in (dirs["sessions"] / "exports" / "llmd").glob("*.json")]
+    check(sessions_report, REPORT)
+    records = [r for r in read_records(dirs["sessions"]) if r["measured"] and r["cell"] == name]
+    sessions = sessions_report["results"]["session_performance"]["sessions"]
+    assert sessions["total"] == len({(r["conversation"], r["copy"]) for r in records}) == 2
+    assert sessions["total_events"] == len(records) and sessions["failed"] == 0
+    done = subprocess.run([sys.executable, "-m", "analysis", "compare", str(dirs["closed"]),
+                           str(dirs["closed"] / "exports" / "vllm" / "closed.json"), "--json"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     figures = {}
