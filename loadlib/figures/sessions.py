@@ -9,8 +9,13 @@ against their context.
   over the same sum (token-weighted; `ideal_cached_tokens` is the hash blocks an infinite cache
   would hold, counted as the requests went out). Its 95 % interval resamples the sessions (their
   sums together, `bootstrap.resampled` with blocks of 1: the ratio of resampled sums), so a session
-  that hit badly weighs as one, not as its many turns. A server that does not report cached tokens
-  has no achieved hit here (its own counters are in the server view).
+  that hit badly weighs as one, not as its many turns.
+- A cell none of whose turns came back with cached tokens (a server that does not report them)
+  takes its achieved hit from the server's prefix-cache counters over the cell instead
+  (`achieved_via`: `USAGE` or `COUNTERS`, never both in one figure; `counted_hits`): hit / queried
+  tokens from the cell's start scrape to its end, the ideal then over every answered turn. The
+  counters give one figure for the whole cell, so it has no interval over sessions and no turn
+  misses the ideal by it. A cell with neither has no achieved hit (`achieved_via` None).
 - A turn misses the ideal when the server cached more than a hash block less than the ideal held.
 - The context-overflow rate is the share of turns refused for the model's context (by the client,
   which knows it from /v1/models, or by the server's own error); above 1 % the cell's figures
@@ -22,6 +27,8 @@ against their context.
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -30,16 +37,18 @@ from loadlib.figures.formulas import from_intended_send, meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO, Slo
 from loadlib.figures.uncertainty import LEVEL
 from loadlib.scenarios.base import CONTEXT_OVERFLOW
+from loadlib.truth.server_figures import PrefixCounters, cell_sources
 
 OVERFLOW_LIMIT = 0.01  # a cell with more of its turns beyond the context is flagged
 SERVER_OVERFLOW = "context length"  # SGLang's and vLLM's refusal of a prompt beyond the context says it
 DEFAULT_BLOCK_TOKENS = 64  # every public cc-trace's block_size, where the run did not note one
 CONTEXT_BINS = (0, 4096, 8192, 16384, 32768, 65536, 131072, 262144, np.inf)
 SEED = 0
+USAGE, COUNTERS = "usage", "server counters"  # where a cell's achieved hit came from (`achieved_via`)
 
 SESSION_KEYS = ["target", "cell", "conversation", "copy"]
 CELL_COLUMNS = ["target", "cell", "sessions", "turns", "turns_failed", "ideal_prefix_hit", "achieved_prefix_hit",
-                "achieved_prefix_hit_ci_low", "achieved_prefix_hit_ci_high", "turns_missing_ideal",
+                "achieved_via", "achieved_prefix_hit_ci_low", "achieved_prefix_hit_ci_high", "turns_missing_ideal",
                 "context_overflow_rate", "overflow_flag", "lanes_offered", "lanes_live", "ttft_p50_s", "ttft_p90_s",
                 "decode_p50_tps", "turns_within_slo"]
 SESSION_COLUMNS = [*SESSION_KEYS, "lane", "turns", "turns_failed", "agents", "prompt_tokens", "completion_tokens",
@@ -49,14 +58,15 @@ CONTEXT_COLUMNS = ["target", "cell", "context", "turns", "ttft_p50_s", "ttft_p90
 
 
 def session_records(df: pd.DataFrame) -> pd.DataFrame:
-    """The records of agent sessions, with `overflow` (refused for the context) and `hit_known`
-    (answered, with cached tokens) per turn."""
+    """The records of agent sessions, with `overflow` (refused for the context), `answered` (with
+    its prompt tokens) and `hit_known` (answered, with cached tokens) per turn."""
     if "conversation" not in df.columns:
         return df.iloc[0:0]
     turns = df[df["conversation"].notna()].copy()
     error = turns["error"].fillna("").astype(str)
     turns["overflow"] = error.str.startswith(CONTEXT_OVERFLOW) | error.str.contains(SERVER_OVERFLOW, regex=False)
-    turns["hit_known"] = turns["ok"] & turns["cached_tokens"].notna() & turns["prompt_tokens"].notna()
+    turns["answered"] = turns["ok"] & turns["prompt_tokens"].notna()
+    turns["hit_known"] = turns["answered"] & turns["cached_tokens"].notna()
     turns["ended_at"] = turns["sent_at"] + turns["total_s"].fillna(0.0)
     return turns
 
@@ -94,21 +104,59 @@ def hit_interval(cached: np.ndarray, prompt: np.ndarray, level: float = LEVEL) -
     return float(low), float(high)
 
 
-def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS, slo: Slo = DEFAULT_SLO) -> pd.DataFrame:
+def counted_hits(counters: Iterable[PrefixCounters]) -> dict[str, tuple[float, float]]:
+    """Per cell, the server's prefix-cache hit and queried tokens by its counters
+    (`server_figures.prefix_counters` of one server's scrapes): the target's page where it counts
+    them, else the sum of the pages that do (each instance behind a router, `--worker-metrics`),
+    over every span of the cell."""
+    counters = list(counters)
+    found: dict[str, tuple[float, float]] = {}
+    for cell in dict.fromkeys(c.span.cell for c in counters):
+        chosen = [c for sources in cell_sources(cell, counters) for c in sources]
+        found[cell] = (sum(c.hit_tokens for c in chosen), sum(c.queried_tokens for c in chosen))
+    return found
+
+
+def achieved_hit(known: pd.DataFrame, answered: pd.DataFrame, counted: tuple[float, float] | None,
+                 block_tokens: int = DEFAULT_BLOCK_TOKENS) -> dict[str, Any]:
+    """A cell's ideal and achieved prefix hit from one source: its turns' usage cached tokens where
+    any turn has them (`known`, the interval resampling sessions), else the server's counters over
+    the cell (`counted`: hit, queried tokens; the ideal over every `answered` turn, no interval),
+    else none."""
+    via = USAGE if len(known) else COUNTERS if counted else None
+    turns = known if via == USAGE else answered
+    per_session = turns.groupby(["conversation", "copy"], observed=True)[
+        ["cached_tokens", "ideal_cached_tokens", "prompt_tokens"]].sum()
+    total = per_session["prompt_tokens"].sum()
+    figures = {"ideal_prefix_hit": per_session["ideal_cached_tokens"].sum() / total if total else np.nan,
+               "achieved_prefix_hit": np.nan, "achieved_via": via,
+               "achieved_prefix_hit_ci_low": np.nan, "achieved_prefix_hit_ci_high": np.nan,
+               "turns_missing_ideal": np.nan}
+    if via == COUNTERS:
+        figures["achieved_prefix_hit"] = counted[0] / counted[1]
+    elif via == USAGE:
+        prompt = per_session["prompt_tokens"].to_numpy(float)
+        low, high = hit_interval(per_session["cached_tokens"].to_numpy(float), prompt)
+        figures |= {"achieved_prefix_hit": per_session["cached_tokens"].sum() / total if total else np.nan,
+                    "achieved_prefix_hit_ci_low": low, "achieved_prefix_hit_ci_high": high,
+                    "turns_missing_ideal": float((known["ideal_cached_tokens"] - known["cached_tokens"]
+                                                  > block_tokens).mean())}
+    return figures
+
+
+def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS, slo: Slo = DEFAULT_SLO,
+               counted: Mapping[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """One row per sessions cell (and target): the issue's keys (`report --json`'s "sessions"), and
     the share of turns within the SLO's goodput targets (TTFT from when the turn was due: a turn
-    that waited for a free user waited in the agent's eyes)."""
+    that waited for a free user waited in the agent's eyes). `counted`: one server's prefix-cache
+    counters per cell (`counted_hits`), for the cells whose turns carry no cached tokens."""
     turns = session_records(df)
     if turns.empty:
         return pd.DataFrame(columns=CELL_COLUMNS)
     rows = []
     for (target, cell), group in turns.groupby(["target", "cell"], sort=False, observed=True):
-        known = group[group["hit_known"]]
-        per_session = known.groupby(["conversation", "copy"], observed=True)[
-            ["cached_tokens", "ideal_cached_tokens", "prompt_tokens"]].sum()
-        prompt = per_session["prompt_tokens"].to_numpy(float)
-        low, high = hit_interval(per_session["cached_tokens"].to_numpy(float), prompt)
-        total = prompt.sum()
+        hits = achieved_hit(group[group["hit_known"]], group[group["answered"]], (counted or {}).get(cell),
+                            block_tokens)
         spans = group.groupby(["conversation", "copy"], observed=True).agg(start=("sent_at", "min"),
                                                                          end=("ended_at", "max"))
         span = spans["end"].max() - spans["start"].min()
@@ -116,12 +164,7 @@ def cell_table(df: pd.DataFrame, block_tokens: int = DEFAULT_BLOCK_TOKENS, slo: 
         ok = group[group["ok"]]
         rows.append({
             "target": target, "cell": cell, "sessions": len(spans), "turns": len(group),
-            "turns_failed": int((~group["ok"]).sum()),
-            "ideal_prefix_hit": per_session["ideal_cached_tokens"].sum() / total if total else np.nan,
-            "achieved_prefix_hit": per_session["cached_tokens"].sum() / total if total else np.nan,
-            "achieved_prefix_hit_ci_low": low, "achieved_prefix_hit_ci_high": high,
-            "turns_missing_ideal": float((known["ideal_cached_tokens"] - known["cached_tokens"] > block_tokens).mean())
-            if len(known) else np.nan,
+            "turns_failed": int((~group["ok"]).sum()), **hits,
             "context_overflow_rate": overflow, "overflow_flag": overflow > OVERFLOW_LIMIT,
             "lanes_offered": int(group["concurrency"].iloc[0]),
             "lanes_live": float((spans["end"] - spans["start"]).sum() / span) if span > 0 else np.nan,

@@ -136,7 +136,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
     launch = watched.get("launch") or {}
     rounds = (concurrency_table(df) if concurrent is None else concurrent).set_index("cell")
     failed = _failed_by_cell(df)
-    whole_run = _spans(server_figures.WHOLE_RUN, servers)  # a run whose cells no scrape framed
+    whole_run = server_figures.cell_sources(server_figures.WHOLE_RUN, servers)  # a run whose cells no scrape framed
     counted = {(c.source, c.span.index): c for c in spec}
 
     def server_checks(cell: str, spans: list[list[ServerCell]]) -> list[Check]:
@@ -161,7 +161,7 @@ def validity_checks(df: pd.DataFrame, manifest: Mapping[str, Any], servers: Sequ
         if clocks is not None:
             checks.append(Check(cell, "clocks", *clocks))
         checks.append(Check(cell, "failed_requests", *failed[cell]))
-        spans = _spans(cell, servers)
+        spans = server_figures.cell_sources(cell, servers)
         if not spans and not whole_run:
             why = server_absent or ("no scrape of the server at both the cell's start and its end (the cell is "
                                     "still running, or a scrape failed)")
@@ -534,20 +534,6 @@ def cache_state(rows: pd.DataFrame) -> Verdict:
 
 
 # --- internals -------------------------------------------------------------------------------
-
-def _spans(cell: str, servers: Sequence[ServerCell]) -> list[list[ServerCell]]:
-    """The cell's spans (one per time it ran), each with the sources to compare against: the
-    target's figures, else the workers' (behind a router whose page has none), summed."""
-    by_span: dict[int, list[ServerCell]] = {}
-    for server in servers:
-        if server.span.cell == cell:
-            by_span.setdefault(server.span.index, []).append(server)
-    chosen = []
-    for sources in by_span.values():
-        target = [s for s in sources if s.source == "target"]
-        chosen.append(target or sources)
-    return chosen
-
 
 def _failed_by_cell(df: pd.DataFrame) -> dict[str, Verdict]:
     return {str(cell): failed_requests(group) for cell, group in df[["cell", "ok", "error"]].groupby(

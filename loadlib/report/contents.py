@@ -27,6 +27,7 @@ from loadlib.report.search import search_section
 from loadlib.report.sweep import sweep_sections
 from loadlib.report.validity import checks_section
 from loadlib.scenarios.base import LONG_CONTEXT_KIND
+from loadlib.truth import server_figures
 
 if TYPE_CHECKING:
     from loadlib.run_view import RunView
@@ -56,9 +57,11 @@ def _prefill(run: RunView) -> Section:
 
 
 def session_cells(run: RunView) -> pd.DataFrame:
-    """The agent sessions' cells (`figures.sessions.cell_table`), hash blocks as the run noted them."""
+    """The agent sessions' cells of a run of one server (`figures.sessions.cell_table`), hash blocks
+    as the run noted them, its prefix-cache counters for the cells whose turns carry no cached tokens."""
     block = run.manifest.get("agent_trace_block_size") or sessions.DEFAULT_BLOCK_TOKENS
-    return run.once("session_cells", lambda: sessions.cell_table(run.records, block, run.slo))
+    return run.once("session_cells", lambda: sessions.cell_table(
+        run.records, block, run.slo, sessions.counted_hits(server_figures.prefix_counters(run.scrapes))))
 
 
 CONTENTS: list[Entry] = [
@@ -137,9 +140,12 @@ def run_sections(run: RunView, report: bool = False) -> tuple[list[Section], dic
 
 
 def with_sessions(run: RunView, found: dict[str, Any], report: bool) -> dict[str, Any]:
-    """`report --json`'s "sessions": the agent sessions' cells, where the run has any."""
-    table = session_cells(run) if report else None
-    return found if table is None or table.empty else {**found, "sessions": rows(table)}
+    """`report --json`'s "sessions": the agent sessions' cells, each server's as a run of its own
+    has them, where the run has any."""
+    if not report:
+        return found
+    found_rows = [row for server in run.servers or [run] for row in rows(session_cells(server))]
+    return {**found, "sessions": found_rows} if found_rows else found
 
 
 def sweep_of(run: RunView) -> tuple[list[Section], dict[str, Any]] | None:

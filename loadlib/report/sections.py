@@ -19,6 +19,7 @@ import pandas as pd
 from loadlib.figures import free_running, uncertainty
 from loadlib.figures.client_limits import client_limited
 from loadlib.figures.goodput import Slo
+from loadlib.figures.sessions import COUNTERS
 from loadlib.report import text
 from loadlib.report.document import Section
 
@@ -322,8 +323,10 @@ def sessions_section(table: pd.DataFrame, slo: Slo) -> Section:
     flagged = table.loc[table["overflow_flag"].astype(bool), "cell"].astype(str).tolist()
     return Section(
         "sessions", "Agent sessions per cell (prefix hit = cached / prompt tokens of the answered turns, token-weighted; "
-        "ideal = the trace's hash blocks sent before in their scope, an infinite cache; achieved = the server's "
-        "usage cached_tokens, 95 % CI resampling sessions; missed ideal = turns cached more than a block below "
+        "ideal = the trace's hash blocks sent before in their scope, an infinite cache; achieved via usage = the "
+        "turns' usage cached_tokens, 95 % CI resampling sessions; via server counters = the server's prefix-cache "
+        "hit / queried tokens over the cell, where no turn came back with cached_tokens: one figure for the cell, "
+        "no per-session CI, no turn's miss; missed ideal = turns cached more than a block below "
         f"it; lanes live = mean sessions in progress; in SLO = turns with TTFT from when due <= {slo.ttft_s:g} s and "
         f"decode >= {slo.decode_tps:g} t/s)"
         + (f"; FLAGGED {', '.join(flagged)}: more than 1 % of turns beyond the model's context" if flagged else ""),
@@ -332,9 +335,11 @@ def sessions_section(table: pd.DataFrame, slo: Slo) -> Section:
             "sessions": text.column(table["sessions"], 0), "turns": text.column(table["turns"], 0),
             "failed": text.column(table["turns_failed"], 0),
             "ideal hit": [text.percent(v, 1) for v in table["ideal_prefix_hit"]],
-            "achieved hit": [text.percent(v, 1) for v in table["achieved_prefix_hit"]],
-            "95% CI": [f"{text.percent(lo, 1)}-{text.percent(hi, 1)}" if pd.notna(lo) else "-"
-                       for lo, hi in zip(table["achieved_prefix_hit_ci_low"], table["achieved_prefix_hit_ci_high"])],
+            "achieved hit": [text.percent(v, 1) if via else "not reported" for v, via
+                             in zip(table["achieved_prefix_hit"], table["achieved_via"])],
+            "via": [via or NO_HIT_SOURCE for via in table["achieved_via"]],
+            "95% CI": [_hit_interval(lo, hi, via) for lo, hi, via in zip(
+                table["achieved_prefix_hit_ci_low"], table["achieved_prefix_hit_ci_high"], table["achieved_via"])],
             "missed ideal": [text.percent(v, 1) for v in table["turns_missing_ideal"]],
             "over context": [text.percent(v, 1) + (" !" if flag else "")
                              for v, flag in zip(table["context_overflow_rate"], table["overflow_flag"])],
@@ -345,11 +350,20 @@ def sessions_section(table: pd.DataFrame, slo: Slo) -> Section:
         }), keys=("target", "cell"), left=_left(table, "cell"), optional=True)
 
 
+NO_HIT_SOURCE = "neither usage cached_tokens nor the server's prefix-cache counters"
+
+
+def _hit_interval(low: float, high: float, via: str | None) -> str:
+    if via == COUNTERS:
+        return "none: cell-wide counters"
+    return f"{text.percent(low, 1)}-{text.percent(high, 1)}" if pd.notna(low) else "-"
+
+
 def session_list_section(table: pd.DataFrame) -> Section:
     """Each agent session: its lane, turns, failures, tokens, hits and span."""
     return Section(
         "session_list", "Agent sessions one by one (duration = first request sent to last answer's end; hits as in "
-        "the sessions table)",
+        "the sessions table, the achieved one by usage cached_tokens alone: the server's counters count no session)",
         table, pd.DataFrame({
             **_targeted(table), "cell": table["cell"].astype(str), "conversation": table["conversation"].astype(str),
             "copy": text.column(table["copy"], 0), "lane": text.column(table["lane"], 0),
@@ -366,7 +380,8 @@ def session_list_section(table: pd.DataFrame) -> Section:
 def session_context_section(table: pd.DataFrame) -> Section:
     """The agent sessions' turns by context: TTFT and decode as the context grows."""
     return Section(
-        "session_context", "Agent session turns by context (prompt tokens; answered turns)",
+        "session_context", "Agent session turns by context (prompt tokens; answered turns; achieved hit by usage "
+        "cached_tokens alone: the server's counters count no context)",
         table, pd.DataFrame({
             **_targeted(table), "cell": table["cell"].astype(str), "context": table["context"].astype(str),
             "turns": text.column(table["turns"], 0), "TTFT p50 s": text.column(table["ttft_p50_s"], 3),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -60,6 +60,9 @@ MERGED = ("chunks are merged on the way (SGLang's --stream-interval above 1, or 
           "the stream)")
 SPLIT = ("the server streams fewer tokens per chunk than it accepts per forward (llama.cpp sends one "
          "token a chunk), so tok/chunk cannot estimate its accept length: not a fault")
+
+
+TARGET_SOURCE = "target"  # the scrapes' source of the host the run sent to (`loadlib.truth.watch.metrics_sources`)
 
 
 # Requests a router sent to each worker (label `worker`), under each flavour's router's names.
@@ -143,15 +146,33 @@ def server_cells(entries: Iterable[dict[str, Any]], records: pd.DataFrame | None
     (`refresh_s`); without them, from the second change of its value since the cell's start.
     """
     out = []
+    for source, flavour, cell_entries in _flavoured_cells(entries):
+        figures = cell_figures(source, flavour, cell_entries, records, launch)
+        if figures is not None:
+            out.append(figures)
+    return out
+
+
+def _flavoured_cells(entries: Iterable[dict[str, Any]]) -> Iterator[tuple[str, Flavour, list[dict[str, Any]]]]:
+    """Each source of a known flavour with each cell's scrapes of it (`_by_source_and_cell`)."""
     for source, by_cell in _by_source_and_cell(entries).items():
         flavour = flavour_of([e for cell in by_cell.values() for e in cell])
-        if flavour is None:
-            continue
-        for cell_entries in by_cell.values():
-            figures = cell_figures(source, flavour, cell_entries, records, launch)
-            if figures is not None:
-                out.append(figures)
-    return out
+        if flavour is not None:
+            for cell_entries in by_cell.values():
+                yield source, flavour, cell_entries
+
+
+SourceFigures = TypeVar("SourceFigures", "ServerCell", "PrefixCounters")
+
+
+def cell_sources(cell: str, figures: Iterable[SourceFigures]) -> list[list[SourceFigures]]:
+    """The cell's spans (one per time it ran), each with the sources that speak for the server:
+    the target's figures, else the workers' (behind a router whose page has none), to be summed."""
+    by_span: dict[int, list[SourceFigures]] = {}
+    for figure in figures:
+        if figure.span.cell == cell:
+            by_span.setdefault(figure.span.index, []).append(figure)
+    return [[s for s in sources if s.source == TARGET_SOURCE] or sources for sources in by_span.values()]
 
 
 def router_split(entries: Iterable[dict[str, Any]]) -> list[RouterSplit]:
@@ -190,22 +211,43 @@ def spec_counters(entries: Iterable[dict[str, Any]]) -> list[SpecCounters]:
     """Per source and cell, the speculative-decoding counters' changes; sources of no known
     flavour, and cells without a start and an end scrape, are left out."""
     out = []
-    for source, by_cell in _by_source_and_cell(entries).items():
-        flavour = flavour_of([e for cell in by_cell.values() for e in cell])
-        if flavour is None:
-            continue
+    for source, flavour, cell_entries in _flavoured_cells(entries):
         names = flavour.metrics
-        for cell_entries in by_cell.values():
-            start, end = _ends(cell_entries)
-            if start is None or end is None:
-                continue
-            positions = {int(s[1]["position"]) for s in end["samples"]
-                         if s[0] == names.accepted_per_position and str(s[1].get("position", "")).isdigit()}
-            per_position = tuple(_delta(start, end, names.accepted_per_position, {"position": str(p)}) or 0.0
-                                 for p in range(max(positions) + 1)) if positions else ()
-            accepted = _delta(start, end, names.accept_counters[0]) if names.accept_counters else None
-            out.append(SpecCounters(source, flavour.name, _span(start, end), _delta(start, end, names.verify_steps),
-                                    accepted, per_position))
+        start, end = _ends(cell_entries)
+        if start is None or end is None:
+            continue
+        positions = {int(s[1]["position"]) for s in end["samples"]
+                     if s[0] == names.accepted_per_position and str(s[1].get("position", "")).isdigit()}
+        per_position = tuple(_delta(start, end, names.accepted_per_position, {"position": str(p)}) or 0.0
+                             for p in range(max(positions) + 1)) if positions else ()
+        accepted = _delta(start, end, names.accept_counters[0]) if names.accept_counters else None
+        out.append(SpecCounters(source, flavour.name, _span(start, end), _delta(start, end, names.verify_steps),
+                                accepted, per_position))
+    return out
+
+
+@dataclass(frozen=True)
+class PrefixCounters:
+    """One source's prefix-cache counters over one cell: the tokens it found cached and the prompt
+    tokens it looked up (`MetricNames.cache_counters`, or `cache_parts` added up), their changes
+    from the cell's start scrape to its end scrape."""
+
+    source: str
+    span: CellSpan
+    hit_tokens: float
+    queried_tokens: float
+
+
+def prefix_counters(entries: Iterable[dict[str, Any]]) -> list[PrefixCounters]:
+    """Per source and cell, the prefix-cache counters' changes; sources of no known flavour or
+    without such counters (a router's page), and cells without a start and an end scrape or
+    without a prompt token looked up, are left out."""
+    out = []
+    for source, flavour, cell_entries in _flavoured_cells(entries):
+        start, end = _ends(cell_entries)
+        counts = None if start is None or end is None else _prefix_counts(flavour.metrics, start, end)
+        if counts is not None:
+            out.append(PrefixCounters(source, _span(start, end), *counts))
     return out
 
 
@@ -390,15 +432,24 @@ def _intervals(values: list[float]) -> list[float]:
     return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
-def _prefix_hit_rate(names: MetricNames, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+def _prefix_counts(names: MetricNames, start: dict, end: dict) -> tuple[float, float] | None:
+    """The cell's prefix-cache hit and queried tokens by the server's counters; None where it
+    counts none, or queried none."""
     for hits_name, queries_name in names.cache_counters:
         hits, queries = _delta(start, end, hits_name), _delta(start, end, queries_name)
         if hits is not None and queries:
-            return hits / queries, COUNTER
+            return hits, queries
     if names.cache_parts:
         hits, computed = (_delta(start, end, name) for name in names.cache_parts)
         if hits is not None and computed is not None and hits + computed:
-            return hits / (hits + computed), COUNTER
+            return hits, hits + computed
+    return None
+
+
+def _prefix_hit_rate(names: MetricNames, start: dict, end: dict, during: list[dict]) -> tuple[float | None, str | None]:
+    counts = _prefix_counts(names, start, end)
+    if counts is not None:
+        return counts[0] / counts[1], COUNTER
     if names.cache_gauge:
         values = _fresh_gauge(names.cache_gauge, start, [*during, end])
         if values:
