@@ -18,7 +18,7 @@ import pytest
 
 from analysis.__main__ import main
 from tests.analysis.builders import protocol_run
-from tests.conftest import LOCUSTFILE, TINY_ROUNDS, run_locust
+from tests.conftest import LOCUSTFILE, SIM_COMMAND, TINY_ROUNDS, run_locust
 from tests.run.test_webui import ARTIFACTS, chromium_page
 
 PARTS = ("top", "what", "verdicts", "tables", "charts", "requests")
@@ -31,7 +31,7 @@ ready_timeout_s = 20
 stop_grace_s = 2
 [server.grid]
 draft = [4, 8, 0]
-"""
+""".replace("python -m loadlib.sim", SIM_COMMAND)
 
 
 @pytest.fixture(scope="module")
