@@ -120,6 +120,9 @@ def test_page_of_a_run_stopped_by_sigterm_renders_offline_with_report_json_figur
     assert {s["key"]: s["data"] for s in own["sections"]} == \
         {key: rows for key, rows in report["tables"].items() if key in {s["key"] for s in own["sections"]}}
     assert own["summary"]["single"] == report["single"]
+    glance = browser_page.locator("[data-part=what] tbody tr td:first-child").all_inner_texts()
+    assert "target.url" in glance and "command" in glance and len(glance) <= 30  # the rest folded
+    assert "server.launch.page_size" not in glance
     shown = browser_page.locator("table[data-section=single] tbody tr").count()
     assert shown == len(report["tables"]["single"]) > 0
     (distributions,) = [chart for figure in data["charts"] for chart in figure["charts"] if chart["id"] == "ttft-distribution"]
@@ -141,6 +144,8 @@ def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path
         records = [{**r, "total_s": r["total_s"] * scale if r["total_s"] else None,
                     "ttft_s": r["ttft_s"] * ttft if r["ttft_s"] else None} for r in protocol_run()]
         (run / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        launch = {"speculative_num_draft_tokens": 8 if name == "fast" else 4, "page_size": 1}
+        (run / "manifest.json").write_bytes(orjson.dumps({"server": {"kind": "sglang", "launch": launch}}))
         dirs.append(str(run))
     out = tmp_path / "compare.html"
     assert main(["html", *dirs, "--out", str(out)]) == 0
@@ -157,6 +162,10 @@ def test_comparison_page_shows_compare_json_verdicts_one_colour_per_run(tmp_path
     sooner, slower = judged["cn_essay TTFT s"], judged["c2-same per-stream decode t/s"]
     assert sooner[0] == "lower" and "better" in sooner[1]  # a lower TTFT is better, not coloured as worse
     assert slower[0] == "lower" and "worse" in slower[1]
+    # what was run, at a glance: the keys told apart first, a key alike in both runs folded away
+    glance = browser_page.locator("[data-part=what] tbody tr td:first-child").all_inner_texts()
+    assert glance == ["server.kind", "server.launch.speculative_num_draft_tokens"]
+    assert "server.launch.page_size" in browser_page.locator("#what details").text_content()
     colours = browser_page.locator("#top .runs .chip").evaluate_all("cs => cs.map(c => c.style.background)")
     assert len(colours) == 2 and len(set(colours)) == 2
 

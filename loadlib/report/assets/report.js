@@ -39,17 +39,21 @@ function header() {
   if (SEVERAL) top.prepend(legend);
 }
 
-const MAIN = /^(target|server\.(kind|version|launch)|model|protocol|profile|client\.(host|cpu_model|cores|memory_gb|platform)|tool|command|started_at|ended_at)/;
+// What was run, at a glance: the server, its model and speculative settings, the load, the client and
+// the command; in a comparison also every key whose values differ between the runs. The rest folds.
+const MAIN = /^(target\.(url|builtin_simulator)|server\.(kind|version)|server\.launch\.(served_model_name|tp_size|dp_size|max_running_requests|speculative_algorithm|speculative_num_draft_tokens)|model|protocol\.(mode|users|concurrency|rounds|max_tokens)|profile\.(file|description)|client\.(host|cpu_model|cores)|tool\.version|command|started_at|ended_at)$/;
 function what() {
   const section = document.getElementById("what");
   const keys = [...new Set(RUNS.flatMap((run) => run.what.map(([key]) => key)))];
   const values = RUNS.map((run) => Object.fromEntries(run.what));
+  const differs = (key) => new Set(values.map((v) => JSON.stringify(v[key] ?? null))).size > 1;
+  const main = (key) => MAIN.test(key) || (SEVERAL && differs(key));
   const rowsOf = (list) => list.map((key) => [key, ...values.map((v) => v[key] ?? "–")]);
   const columns = ["", ...DATA.labels];
   const wrap = new Set(DATA.labels);
-  section.append(table(columns, rowsOf(keys.filter((k) => MAIN.test(k))), {left: columns, wrap, attrs: {"data-part": "what"}}));
-  const rest = keys.filter((k) => !MAIN.test(k));
-  if (rest.length) section.append(el("details", {}, el("summary", {text: `the rest of the manifest (${rest.length} keys)`}), table(columns, rowsOf(rest), {left: columns, wrap})));
+  section.append(table(columns, rowsOf(keys.filter(main)), {left: columns, wrap, attrs: {"data-part": "what"}}));
+  const rest = keys.filter((k) => !main(k));
+  if (rest.length) section.append(el("details", {}, el("summary", {text: `the rest of the manifest (${rest.length} ${rest.length === 1 ? "key" : "keys"})`}), table(columns, rowsOf(rest), {left: columns, wrap})));
 }
 
 // --- verdicts, validity, the tables ---------------------------------------------------------------
