@@ -29,9 +29,6 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "dflash.py"
 FAST_SIM = "--time-scale 0.05"
-# The built-in simulator as a sweep's server command, run by this interpreter (a bare `python` is
-# whichever the PATH finds: not the test's venv unless it is activated)
-SIM_COMMAND = f"{sys.executable} -m loadlib.sim"
 # A simulator whose clock runs 1.08 times slower decodes 7.4 % lower; two runs of one configuration differ by up
 # to about 1 % (the simulator's own timing under the client's load), so a verdict's interval may miss it by that much.
 SLOWER_BY_1_08_PCT = (1 / 1.08 - 1) * 100

@@ -12,10 +12,11 @@ import itertools
 import re
 import shlex
 import string
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from loadlib.sweep.spec import PORT, Scalar, ServerSpec, as_text
+from loadlib.sweep.spec import PORT, PYTHON, Scalar, ServerSpec, as_text
 
 PLAIN = re.compile(r"[\w@%+=:,./{}-]+")  # an argument shlex reads back as written, `{port}` included
 SINGLE_LABEL = "server"  # the one configuration of a [server] without grid or configs
@@ -58,10 +59,11 @@ def _config(command: str, label: str, values: dict[str, Any]) -> ServerConfig:
 
 
 def _fill(arg: str, values: Mapping[str, Scalar]) -> str:
-    """One argument with its placeholders filled but `{port}` (literal braces left single)."""
+    """One argument with its placeholders filled but `{port}` (literal braces left single);
+    `{python}` is this interpreter."""
     out = []
     for literal, name, _spec, _conversion in string.Formatter().parse(arg):
         out.append(literal)
         if name is not None:
-            out.append("{" + PORT + "}" if name == PORT else as_text(values[name]))
+            out.append("{" + PORT + "}" if name == PORT else sys.executable if name == PYTHON else as_text(values[name]))
     return "".join(out)

@@ -1,7 +1,9 @@
 """A profile's `[server]` table: how to launch the server a sweep measures, and its configurations.
 
 `command` is one launch command, split like a shell would (`shlex`) but run without one; its
-`{placeholders}` are `{port}` (a free port the tool picks) and the keys of `[server.grid]` or of
+`{placeholders}` are `{port}` (a free port the tool picks), `{python}` (the Python running the tool:
+the built-in simulator's `{python} -m loadlib.sim` runs the installed one whether or not its venv is
+on the PATH) and the keys of `[server.grid]` or of
 each `[[server.configs]]`'s `values`. `{{` and `}}` are literal braces. A placeholder that is
 neither, a grid key the command does not use, or a named configuration that leaves a placeholder
 unfilled is refused when the profile is read, in one line that names it; so is a grid value
@@ -21,6 +23,7 @@ from pydantic import AfterValidator, Field, PositiveFloat, field_validator, mode
 from loadlib.scenarios.spec import Strict
 
 PORT = "port"
+PYTHON = "python"
 DEFAULT_HEALTH = "/health"
 DEFAULT_READY_TIMEOUT_S = 600.0  # a large model's weights load for minutes before /health answers
 DEFAULT_STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL after this
@@ -82,8 +85,8 @@ class ServerSpec(Strict):
     @classmethod
     def _distinct_values(cls, grid: dict[str, list[Scalar]] | None) -> dict[str, list[Scalar]] | None:
         for key, values in (grid or {}).items():
-            if key == PORT:
-                raise ValueError("port is the tool's: it fills {port} with a free port")
+            if key in (PORT, PYTHON):
+                raise ValueError(f"{key} is the tool's: it fills {{{key}}}")
             typed = [(type(value), value) for value in values]  # 1 and true are two values
             repeated = next((v for i, v in enumerate(values) if typed[i] in typed[:i]), None)
             if repeated is not None:
@@ -109,7 +112,7 @@ class ServerSpec(Strict):
 
     @model_validator(mode="after")
     def _placeholders_filled(self) -> "ServerSpec":
-        wanted = placeholders(self.command) - {PORT}
+        wanted = placeholders(self.command) - {PORT, PYTHON}
         if self.grid is not None and self.configs is not None:
             raise ValueError("grid or configs, not both")
         if self.configs is not None:
@@ -148,6 +151,6 @@ def _same_keys(wanted: set[str], given: set[str], where: str) -> None:
     """The command's placeholders against the keys that fill them, the first mismatch in words."""
     for name in sorted(wanted - given):
         keys = f"a key of {where} ({', '.join(sorted(given))})" if given else "filled by a grid or configs"
-        raise ValueError(f"command: placeholder {{{name}}} is neither {{port}} nor {keys}")
+        raise ValueError(f"command: placeholder {{{name}}} is neither {{port}}, {{python}} nor {keys}")
     for name in sorted(given - wanted):
         raise ValueError(f"{where}.{name}: not a placeholder of the command")

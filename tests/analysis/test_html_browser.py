@@ -18,20 +18,20 @@ import pytest
 
 from analysis.__main__ import main
 from tests.analysis.builders import protocol_run
-from tests.conftest import LOCUSTFILE, SIM_COMMAND, TINY_ROUNDS, run_locust
+from tests.conftest import LOCUSTFILE, TINY_ROUNDS, run_locust
 from tests.run.test_webui import ARTIFACTS, chromium_page
 
 PARTS = ("top", "what", "verdicts", "tables", "charts", "requests")
 # The built-in simulator as the sweep's server, at 20x: two draft sizes that serve and one it refuses
 # (draft 0: it exits before it is healthy), under a tiny protocol load.
 SWEEP = TINY_ROUNDS + """[server]
-command = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --speculative-num-draft-tokens {draft} \
+command = "{python} -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --speculative-num-draft-tokens {draft} \
   --mem-fraction-static 0.94"
 ready_timeout_s = 20
 stop_grace_s = 2
 [server.grid]
 draft = [4, 8, 0]
-""".replace("python -m loadlib.sim", SIM_COMMAND)
+"""
 
 
 @pytest.fixture(scope="module")

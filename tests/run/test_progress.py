@@ -15,7 +15,7 @@ from loadlib.report.text import num
 from loadlib.run.progress import label, outcome
 from loadlib.scenarios import Cell
 from tests.analysis.builders import build_record, free_running_records
-from tests.conftest import FAST_SIM, SIM_COMMAND, TINY_ROUNDS, TINY_SEARCH, run_locust_together
+from tests.conftest import FAST_SIM, TINY_ROUNDS, TINY_SEARCH, run_locust_together
 
 LADDER = """
 [request]
@@ -30,11 +30,11 @@ warmup_s = 0.5
 
 SWEEP = TINY_ROUNDS + """
 [server]
-command = "python -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --max-running-requests {mrr}"
+command = "{python} -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale 0.05 --max-running-requests {mrr}"
 ready_timeout_s = 20
 [server.grid]
 mrr = [1, 2]
-""".replace("python -m loadlib.sim", SIM_COMMAND)
+"""
 
 LINE = re.compile(r"INFO/uni-bench: cell (?P<cell>.+?) (?P<phase>starts|done): (?P<said>.*)$")
 

@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from loadlib.records import read_records
-from tests.conftest import LOCUSTFILE, SIM_COMMAND, TINY_ROUNDS, TINY_SEARCH, free_port, run_locust
+from tests.conftest import LOCUSTFILE, TINY_ROUNDS, TINY_SEARCH, free_port, run_locust
 
-SIM = SIM_COMMAND + " --host 127.0.0.1 --port {port} --time-scale {ts}"
+SIM = "{python} -m loadlib.sim --host 127.0.0.1 --port {port} --time-scale {ts}"
 DFLASH = "--mem-fraction-static {mem} --speculative-num-draft-tokens 8 --speculative-dflash-block-size {block}"
 SWEEP = TINY_ROUNDS + f"""
 [server]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from loadlib.profiles import ProfileError, load_profile
+from loadlib.sweep.grid import configurations
 from loadlib.sweep.spec import ServerSpec
 
 SCENARIO = "[scenarios.vision]\n"
@@ -38,11 +41,18 @@ def test_a_grid_and_named_configurations_are_read(tmp_path):
     assert [(c.label, c.values) for c in named.configs] == [("fa3", {"attn": "fa3"}), ("triton", {"attn": "triton"})]
 
 
+def test_python_is_the_interpreter_running_the_tool(tmp_path):
+    """`{python}`: the built-in simulator runs from the tool's own venv, activated or not."""
+    spec = load_profile(profile(tmp_path, '[server]\ncommand = "{python} -m loadlib.sim --port {port}"\n')).server
+    [config] = configurations(spec)
+    assert config.argv(8000) == [sys.executable, "-m", "loadlib.sim", "--port", "8000"]
+
+
 @pytest.mark.parametrize("text, message", [
     ('[server]\ncommand = "srv --port {port} {draft}"\n',
-     "server: command: placeholder {draft} is neither {port} nor filled by a grid or configs"),
+     "server: command: placeholder {draft} is neither {port}, {python} nor filled by a grid or configs"),
     ('[server]\ncommand = "srv --port {port} {drfat}"\n[server.grid]\ndraft = [4]\n',
-     "server: command: placeholder {drfat} is neither {port} nor a key of grid (draft)"),
+     "server: command: placeholder {drfat} is neither {port}, {python} nor a key of grid (draft)"),
     ('[server]\ncommand = "srv --port {port}"\n[server.grid]\ndraft = [4]\n',
      "server: grid.draft: not a placeholder of the command"),
     ('[server]\ncommand = "srv {draft}"\n[server.grid]\ndraft = [4]\n',
@@ -63,11 +73,13 @@ def test_a_grid_and_named_configurations_are_read(tmp_path):
      '[server.grid]\na_very_long_key_name_indeed = ["0123456789abcdef"]\nanother_very_long_key_name = ["0123456789abcdef"]\n',
      "server.grid: its labels (key=value,...) would be longer than 80 characters"),
     ('[server]\ncommand = "srv --port {port} {port}"\n[server.grid]\nport = [1]\n',
-     "server.grid: port is the tool's: it fills {port} with a free port"),
+     "server.grid: port is the tool's: it fills {port}"),
+    ('[server]\ncommand = "{python} -m srv --port {port}"\n[server.grid]\npython = ["python3"]\n',
+     "server.grid: python is the tool's: it fills {python}"),
     ('[server]\ncommand = "srv --port {port} {d}"\n[server.grid]\nd = [1]\n[[server.configs]]\nlabel = "a"\n'
      'values = {d = 1}\n', "server: grid or configs, not both"),
     ('[server]\ncommand = "srv --port {port} {d}"\n[[server.configs]]\nlabel = "a"\nvalues = {d = 1}\n'
-     '[[server.configs]]\nlabel = "b"\n', "server: command: placeholder {d} is neither {port} nor filled"),
+     '[[server.configs]]\nlabel = "b"\n', "server: command: placeholder {d} is neither {port}, {python} nor filled"),
     ('[server]\ncommand = "srv --port {port}"\n[[server.configs]]\nlabel = "a"\nvalues = {d = 1}\n',
      "server: configs.0.values.d: not a placeholder of the command"),
     ('[server]\ncommand = "srv --port {port}"\n[[server.configs]]\nlabel = "a"\n[[server.configs]]\nlabel = "a"\n',
