@@ -717,6 +717,7 @@ def _no_accept_length(source: ServerCell) -> str:
     if names.accept_counters and not names.accept_gauge:
         return ("the server's generated-token or accepted-draft counter was missing, or went back during the cell "
                 "(a restart?)")
-    return ("the server's accept-length gauge did not change during the cell (it is set once per logging "
-            "interval of decode batches)")
+    return ("no value of the server's accept-length gauge was surely the cell's (it is set once per logging "
+            "interval of decode batches, and the first interval to end in a cell began before it: a value counts "
+            "from its second change, or two intervals into the cell)")
 
