@@ -7,14 +7,16 @@ master more than their requests did.
 
 A cell's reading is its records (by name and target) among the journal's lines between two byte
 offsets: where the journal stood when the cell before it ended, and where it stood when the cell
-itself ended. Not from the cell's own start: a worker may journal a request of the cell before the
-master's clock reaches the start (a worker's clock a little ahead, the start late on a busy loop),
-but none before the cell before it ended (a capacity level is announced after the last one ended;
-rounds' cells play one after another; a timed mode's cells follow each other on the clock). By
-offsets, a reading is the same whenever and wherever it is made: on the loop, or on gevent's
-threadpool for the line of a free-running cell whose next cell is running. It holds what the
-journal had when the cell ended: a capacity level or a rounds cell waits for its requests first;
-a free-running cell's requests still in flight then are in the summary, not here.
+itself ended. Not from the cell's own start: a request of a capacity level may be journaled
+before the master's clock reaches the level's start (a worker's clock a little ahead, the start
+late on a busy loop), but none before the level before it ended, since a level is announced only
+then; rounds' cells play one after another. (A timed mode's next cell starts as the last one
+ends: a request of it journaled before that is in the summary, not in the progress line, and the
+watch counts only the requests sent after the cell's first scrape.) By offsets, a reading is the
+same whenever and wherever it is made: on the loop, or on gevent's threadpool for the line of a
+free-running cell whose next cell is running. It holds what the journal had when the cell ended:
+a capacity level or a rounds cell waits for its requests first; a free-running cell's requests
+still in flight then are in the summary, not here.
 
 Only the last ended cell's reading is kept (with each ended cell's offsets, for a level judged
 on several cells): nothing here grows with the run's records.
