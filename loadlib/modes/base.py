@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence, get_args
 
 import gevent
 from gevent.event import Event
@@ -91,10 +91,10 @@ class Coordination:
     `dispatch` hands assignments to the users that run them; `announce` sends a message to the
     mode's state on every process that runs users; `capacity` is the users spawned now;
     `streams_in_flight` the requests being sent now, over every process; `flush` empties a
-    server's prefix cache (by target label, "" for the run's one server); `cell_frame` gives the
-    records of ended cells (their names, and their target's label) as one records frame, as their
-    ends read them back (`loadlib.run.cell_readings`; shared: read, not changed); `note` writes a
-    key of the manifest; `run_dir` is where the run keeps its files.
+    server's prefix cache (by target label, "" for the run's one server); `records` reads the
+    run's journal; `cell_frame` gives the records of ended cells (their names, and their target's
+    label) as one records frame, as their ends read them back (`loadlib.run.cell_readings`, once
+    for everyone who asks; shared: read, not changed); `note` writes a key of the manifest; `run_dir` is where the run keeps its files.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
@@ -107,6 +107,7 @@ class Coordination:
     capacity: Callable[[], int]
     streams_in_flight: Callable[[], int]
     flush: Callable[[str], str] | None
+    records: Callable[[], Iterable[dict[str, Any]]]
     cell_frame: Callable[[Sequence[str], str], pd.DataFrame]
     note: Callable[[str, Any], None]
     cell_events: "EventHook"

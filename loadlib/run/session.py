@@ -26,7 +26,7 @@ from loadlib import clock
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
-from loadlib.records import RECORDS_FILE, RequestRecord, target_dir
+from loadlib.records import RECORDS_FILE, RequestRecord, read_records, target_dir
 from loadlib.run.cell_readings import CellReadings
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
@@ -331,7 +331,7 @@ class RunSession:
         return Coordination(
             build_body=lambda job: chat_body(self.config.settings, job.messages, **job.params),
             dispatch=users.dispatch, announce=users.announce, capacity=users.capacity,
-            streams_in_flight=users.streams_in_flight, flush=flush,
+            streams_in_flight=users.streams_in_flight, flush=flush, records=lambda: read_records(run_dir),
             cell_frame=lambda names, target: self.cell_readings.cells(names, target).frame(),
             note=self.note_in_manifest, cell_events=events.cell, lead_time_s=users.lead_time_s,
             settle_s=users.settle_s, request_timeout_s=opts.request_timeout, serve=self.serve, retire=self.retire,
