@@ -67,6 +67,6 @@ def test_a_resamples_quantile_from_ranks_is_the_quantile_of_its_values_to_the_bi
         values[rng.random(n) < nan_share] = np.nan  # failed requests
         rows = resample_indices(rng, n, 300)
         assert np.array_equal(resampled_quantiles(values, rows, q), row_quantiles(values[rows], q), equal_nan=True)
-    wide = rng.exponential(size=40_000)  # more requests than a small integer's ranks hold
+    wide = rng.exponential(size=70_000)  # more requests than a 16-bit integer's ranks hold
     rows = resample_indices(rng, len(wide), 3)
     assert np.array_equal(resampled_quantiles(wide, rows, q), np.quantile(wide[rows], q, axis=1))
