@@ -53,8 +53,8 @@ class CellProgress:
         gevent.spawn(self._log_queued)
 
     def on_cell(self, cell: Cell, phase: str, **_kwargs: Any) -> None:
-        if self.readings.journal() is None:
-            return
+        if self.readings.journal() is None or not log.isEnabledFor(logging.INFO):
+            return  # no run, or a line nobody would see (`--loglevel WARNING`): its figures are not made
         if phase == "start":
             self._playing.add(id(cell))
             line = partial(started, cell)
