@@ -79,7 +79,8 @@ class CellReadings:
 
     def __init__(self, journal: Callable[[], Path | None]) -> None:
         self.journal = journal
-        self._boundary: tuple[Path, int] | None = None  # the journal and its size when the last cell ended
+        self._path: Path | None = None  # the journal of the run the offsets below are in
+        self._boundary = 0  # its size when the last cell ended
         self._starts: dict[int, int] = {}  # id of a cell playing -> where its records may begin
         self._spans: dict[tuple[str, str], tuple[int, int]] = {}  # (cell, target) ended -> (start, end)
         self._last: tuple[Cell, CellReading] | None = None
@@ -88,13 +89,14 @@ class CellReadings:
         path = self.journal()
         if path is None:
             return
+        if path != self._path:  # a new run (the web UI's start again)
+            self._path, self._boundary, self._starts, self._spans, self._last = path, 0, {}, {}, None
         if phase == "start":
-            boundary = self._boundary
-            self._starts[id(cell)] = boundary[1] if boundary is not None and boundary[0] == path else 0
+            self._starts[id(cell)] = self._boundary
             return
         end = path.stat().st_size if path.exists() else 0
         start = self._starts.pop(id(cell), 0)
-        self._boundary = (path, end)
+        self._boundary = end
         self._spans[(cell.name, cell.target)] = (start, end)
         self._last = (cell, CellReading(path, [cell.name], cell.target, start, end))
 
@@ -114,6 +116,6 @@ class CellReadings:
             return last[1]
         path = self.journal()
         spans = [self._spans.get((name, target)) for name in names]
-        if path is None or not spans or None in spans:
+        if path is None or path != self._path or not spans or None in spans:
             return CellReading(path, names, target, 0, None)
-        return CellReading(path, names, target, min(start for start, _end in spans), max(end for _start, end in spans))
+        return CellReading(path, names, target, min(span[0] for span in spans), max(span[1] for span in spans))

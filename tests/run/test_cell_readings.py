@@ -88,3 +88,16 @@ def test_a_level_run_again_is_judged_on_both_runs_in_journal_order_and_the_last_
     assert ids(both.records()) == ids([record for record in written if record["target"] == ""])
     assert both.frame()["request_id"].tolist() == records_frame(both.records())["request_id"].tolist()
     assert readings.cells(["search-u4-r2"], "") is readings.of(runs[1])
+
+
+def test_a_new_run_reads_its_own_journal_from_its_start(tmp_path):
+    runs = [RecordJournal(tmp_path / "first"), RecordJournal(tmp_path / "second")]
+    playing = [runs[0]]
+    readings = CellReadings(lambda: playing[0].path)
+    for journal, count in zip(runs, (5, 2)):
+        playing[0] = journal
+        level = cell("search-u1")
+        readings.on_cell(level, "start")
+        write(journal, requests("search-u1", count))
+        readings.on_cell(level, "end")
+        assert len(readings.of(level).records()) == len(readings.cells(["search-u1"], "").records()) == count
