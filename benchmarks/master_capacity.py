@@ -20,6 +20,7 @@ in every mode.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,11 +109,14 @@ def distributed_run(mode: str, streams: int, rate: float, workers: int, seconds:
             time.sleep(0.25)
     finally:
         sim.stop()
-    first = next(t for t, _m, _w, n in samples if n > 0)
-    window = [s for s in samples if first + 2.0 <= s[0] <= first + seconds - 1.0]
-    (t0, m0, w0, n0), (t1, m1, w1, n1) = window[0], window[-1]
-    return {"requests": n1 - n0, "seconds": t1 - t0, "master_cpu_s": m1 - m0, "workers_cpu_s": w1 - w0,
-            "total_requests": sum(1 for _ in read_records(work / "run")), "exit": proc.returncode}
+    try:
+        first = next(t for t, _m, _w, n in samples if n > 0)
+        window = [s for s in samples if first + 2.0 <= s[0] <= first + seconds - 1.0]
+        (t0, m0, w0, n0), (t1, m1, w1, n1) = window[0], window[-1]
+        return {"requests": n1 - n0, "seconds": t1 - t0, "master_cpu_s": m1 - m0, "workers_cpu_s": w1 - w0,
+                "total_requests": sum(1 for _ in read_records(work / "run")), "exit": proc.returncode}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _cpu(process: psutil.Process) -> float:

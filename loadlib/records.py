@@ -243,9 +243,10 @@ class RecordJournal:
             self._file.close()
 
 
-def read_records(path: str | os.PathLike[str], start: int = 0) -> Iterator[dict[str, Any]]:
+def read_records(path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> Iterator[dict[str, Any]]:
     """Yields the record dicts of a journal (a run directory or the file itself), from the byte
-    offset `start` (the journal's size when something began) on.
+    offset `start` (the journal's size when something began) on, up to the offset `end` (its
+    size when it ended) if given.
 
     A torn last line (the process was killed mid-write) is skipped, not fatal.
     """
@@ -254,7 +255,7 @@ def read_records(path: str | os.PathLike[str], start: int = 0) -> Iterator[dict[
         path = path / RECORDS_FILE
     with open(path, "rb") as fh:
         fh.seek(start)
-        for line in fh:
+        for line in fh if end is None else fh.read(max(end - start, 0)).splitlines():
             if not line.strip():
                 continue
             try:

@@ -53,7 +53,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled, row_quantiles
+from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled, resampled_quantiles, row_quantiles
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import SteadyCell, slo_ttft, steady_cell, steady_requests
 from loadlib.figures.goodput import Slo
@@ -79,10 +79,12 @@ def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft
 def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
                          seed: int, resamples: int = RESAMPLES, block: int = 1) -> np.ndarray:
     """`slo_statistics` of `resamples` resamples of the requests (3 x resamples), by blocks of
-    `block` requests in the order given (`bootstrap.resampled`)."""
+    `block` requests in the order given (`bootstrap.resampled`); each resample's quantiles from the
+    requests' ranks (`bootstrap.resampled_quantiles`: the same figures, in half the time)."""
     def statistics(index: list[np.ndarray]) -> np.ndarray:
         rows = index[0]
-        return slo_statistics(ttft[rows], decode[rows], meets[rows], ttft_q, decode_q)
+        return np.vstack([resampled_quantiles(ttft, rows, ttft_q), resampled_quantiles(decode, rows, decode_q),
+                          meets[rows].mean(axis=1)])
     return resampled(statistics, [len(ttft)], [block], np.random.default_rng(seed), resamples, widths=[3])
 
 

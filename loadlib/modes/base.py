@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, get_args
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Sequence, get_args
 
 import gevent
 from gevent.event import Event
@@ -29,6 +29,7 @@ from loadlib.records import RequestLabel
 from loadlib.scenarios import Cell, Job, Scenario
 
 if TYPE_CHECKING:
+    import pandas as pd
     from locust.event import EventHook
 
     from loadlib.profiles import Profile
@@ -91,7 +92,9 @@ class Coordination:
     mode's state on every process that runs users; `capacity` is the users spawned now;
     `streams_in_flight` the requests being sent now, over every process; `flush` empties a
     server's prefix cache (by target label, "" for the run's one server); `records` reads the
-    run's journal; `note` writes a key of the manifest; `run_dir` is where the run keeps its files.
+    run's journal; `cell_frame` gives the records of ended cells (their names, and their target's
+    label) as one records frame, as their ends read them back (`loadlib.run.cell_readings`, once
+    for everyone who asks; shared: read, not changed); `note` writes a key of the manifest; `run_dir` is where the run keeps its files.
     `lead_time_s` is how far ahead a start time must be for every process to get it; `settle_s`
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
@@ -105,6 +108,7 @@ class Coordination:
     streams_in_flight: Callable[[], int]
     flush: Callable[[str], str] | None
     records: Callable[[], Iterable[dict[str, Any]]]
+    cell_frame: Callable[[Sequence[str], str], pd.DataFrame]
     note: Callable[[str, Any], None]
     cell_events: "EventHook"
     lead_time_s: float = 0.05

@@ -178,7 +178,6 @@ class SearchDriver(Driver):
         # Tables (pandas), loaded by the coordinator only: workers import this module for its schema.
         from loadlib.figures.capacity import level_seed
         from loadlib.modes.search import judge
-        from loadlib.record_table import records_frame
 
         if self.mix.cache == COLD:
             self.flush_cache(self.target)
@@ -188,10 +187,8 @@ class SearchDriver(Driver):
             if self.stopped:
                 return
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
-            records = (record for record in self.run.records()
-                       if record["cell"] in step.cells and record.get("target", "") == self.target)
             offered = step.value if self.load.variable == "rate" else None
-            judgement = judge(records_frame(records), self.slo, level_seed(step.cells), offered)
+            judgement = judge(self.run.cell_frame(step.cells, self.target), self.slo, level_seed(step.cells), offered)
             self.search.record(step, judgement)
             log.info("search: %s%s %s (%d requests: %s)", f"{self.target}: " if self.target else "",
                      cell.name, judgement.verdict, judgement.n, judgement.reason)

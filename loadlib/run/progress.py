@@ -4,33 +4,37 @@
     cell c4-same done: 12 requests, 0 failed; aggregate 859.7 t/s
 
 The end line's figures are the summary's (`loadlib.figures.headline.cell_headline`), computed
-once, on the coordinating process, from the cell's records: those the journal gained since the
-cell started, read back at its end, so no request pays for them. When nothing is in flight (a
-rounds cell, a search level, the last cell: their drivers wait for every request) the line is
-made at once, before the next cell starts, which costs the run tens of ms between cells and its
-measurements nothing. A free-running cell ends on the clock while the next one runs: its line is
-made on gevent's threadpool, queued behind any line before it so that they keep their order, and
-the requests in flight only share the interpreter with it (the loop stalled at most 0.1 s at the
-end of a cell of 20,000 requests, not the 0.3 s the line took). Its requests still in flight
-when it ended are in the summary, not in the line.
+once, on the coordinating process, from the cell's records as its end read them back from the
+journal (`loadlib.run.cell_readings`, the reading the server watch and a search's judgement
+share), so no request pays for them. When nothing is in flight (a rounds cell, a search level,
+the last cell: their drivers wait for every request) the line is made at once, before the next
+cell starts, which costs the run tens of ms between cells and its measurements nothing. A
+free-running cell ends on the clock while the next one runs: its line is made on gevent's
+threadpool, queued behind any line before it so that they keep their order, and the requests in
+flight only share the interpreter with it (the loop stalled at most 0.1 s at the end of a cell
+of 20,000 requests, not the 0.3 s the line took). Its requests still in flight when it ended are
+in the summary, not in the line.
 """
 
 from __future__ import annotations
 
 import logging
 from functools import partial
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 from gevent.queue import JoinableQueue
 
 from loadlib.figures.headline import cell_headline
 from loadlib.record_table import records_frame
-from loadlib.records import read_records
 from loadlib.report.text import num
 from loadlib.scenarios import Cell
 from loadlib.scenarios.base import SINGLE, WARMUP
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from loadlib.run.cell_readings import CellReading, CellReadings
 
 log = logging.getLogger("uni-bench")
 
@@ -39,24 +43,24 @@ FLUSH_S = 10.0  # how long the test's end waits for the last lines
 
 
 class CellProgress:
-    """The `cell` hook's listener that logs each cell's start and end; `journal` gives the run's
-    journal file (None before a run has one), `in_flight` the requests in flight now."""
+    """The `cell` hook's listener that logs each cell's start and end, the end from the cell's
+    reading in `readings` (which listens before it); `in_flight` gives the requests in flight now."""
 
-    def __init__(self, journal: Callable[[], Path | None], in_flight: Callable[[], int]) -> None:
-        self.journal, self.in_flight = journal, in_flight
-        self._starts: dict[int, int] = {}  # id of a cell playing -> the journal's size at its start
+    def __init__(self, readings: CellReadings, in_flight: Callable[[], int]) -> None:
+        self.readings, self.in_flight = readings, in_flight
+        self._playing: set[int] = set()  # ids of the cells started and not yet ended
         self._queued: JoinableQueue = JoinableQueue()  # lines made on the threadpool, in the cells' order
         gevent.spawn(self._log_queued)
 
     def on_cell(self, cell: Cell, phase: str, **_kwargs: Any) -> None:
-        path = self.journal()
-        if path is None:
-            return
+        if self.readings.journal() is None or not log.isEnabledFor(logging.INFO):
+            return  # no run, or a line nobody would see (`--loglevel WARNING`): its figures are not made
         if phase == "start":
-            self._starts[id(cell)] = path.stat().st_size if path.exists() else 0
+            self._playing.add(id(cell))
             line = partial(started, cell)
-        elif (start := self._starts.pop(id(cell), None)) is not None:
-            line = partial(ended, cell, path, start)
+        elif id(cell) in self._playing:
+            self._playing.discard(id(cell))
+            line = partial(ended, cell, self.readings.of(cell))
         else:
             return
         if self._queued.unfinished_tasks or (phase == "end" and self.in_flight()):
@@ -86,10 +90,8 @@ def started(cell: Cell) -> str:
     return f"cell {label(cell)} starts: {planned(cell)}"
 
 
-def ended(cell: Cell, journal: Path, start: int) -> str:
-    records = [record for record in read_records(journal, start)
-               if record["cell"] == cell.name and record.get("target", "") == cell.target]
-    return f"cell {label(cell)} done: {outcome(records)}"
+def ended(cell: Cell, reading: CellReading) -> str:
+    return f"cell {label(cell)} done: {outcome(reading.records(), reading.frame())}"
 
 
 def label(cell: Cell) -> str:
@@ -112,11 +114,13 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def outcome(records: list[dict[str, Any]]) -> str:
-    """Its requests, failures and headline figures (a warm-up's requests only: not measured)."""
+def outcome(records: list[dict[str, Any]], frame: pd.DataFrame | None = None) -> str:
+    """Its requests, failures and headline figures (a warm-up's requests only: not measured);
+    `frame`: the records' `records_frame`, if made already."""
     failed = sum(record["error"] is not None for record in records)
     said = f"{count(len(records), 'request')}, {failed} failed"
-    figures = ", ".join(shown(name, value) for name, value in cell_headline(records_frame(records)))
+    table = records_frame(records) if frame is None else frame
+    figures = ", ".join(shown(name, value) for name, value in cell_headline(table))
     return f"{said}; {figures}" if figures else said
 
 

@@ -26,7 +26,8 @@ from loadlib import clock
 from loadlib.hooks import events
 from loadlib.modes import Coordination, Driver, LoadMode, mode_of
 from loadlib.profiles import Profile, ProfileError
-from loadlib.records import RequestRecord, read_records, target_dir
+from loadlib.records import RECORDS_FILE, RequestRecord, read_records, target_dir
+from loadlib.run.cell_readings import CellReadings
 from loadlib.run.config import RunConfig, request_settings
 from loadlib.run.early_stop import EarlyStop
 from loadlib.run.inputs import (api_key_of, cells_not_run, new_run_dir, refuse_streams_beyond_users,
@@ -65,6 +66,8 @@ class RunSession:
         self.users: UserProcesses | None = None  # set by the wiring, before any test
         self.run_dir: Path | None = None
         self._intake: RecordIntake | None = None
+        # each ended cell's records, read once (the wiring makes it listen to the cells first)
+        self.cell_readings = CellReadings(lambda: self.run_dir / RECORDS_FILE if self.run_dir is not None else None)
         self.driver: Driver | None = None
         self.config: RunConfig | None = None
         self.manifest: dict[str, Any] = {}  # written by this session alone (`note_in_manifest`)
@@ -226,8 +229,7 @@ class RunSession:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 note = partial(self.note_for_target, label)
             watch = ServerWatch(run_dir, self._opts, url, api_key_of(self._opts), note,
-                                cell_records=lambda cell, label=label: [r for r in self.records if r["cell"] == cell
-                                                                        and r.get("target", "") == label],
+                                cell_frame=lambda cell: self.cell_readings.of(cell).frame(),
                                 cell_events=self.driver.run.cell_events, test_stop=self._environment.events.test_stop,
                                 target=label, on_energy=lambda rows, label=label: self.cell_energy.extend(
                                     {**row, "target": label} for row in rows))
@@ -330,6 +332,7 @@ class RunSession:
             build_body=lambda job: chat_body(self.config.settings, job.messages, **job.params),
             dispatch=users.dispatch, announce=users.announce, capacity=users.capacity,
             streams_in_flight=users.streams_in_flight, flush=flush, records=lambda: read_records(run_dir),
+            cell_frame=lambda names, target: self.cell_readings.cells(names, target).frame(),
             note=self.note_in_manifest, cell_events=events.cell, lead_time_s=users.lead_time_s,
             settle_s=users.settle_s, request_timeout_s=opts.request_timeout, serve=self.serve, retire=self.retire,
             run_dir=run_dir)

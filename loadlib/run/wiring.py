@@ -32,7 +32,6 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadlib.hooks import events as llm_events
 from loadlib.modes import Assignment
 from loadlib.profiles import ProfileError
-from loadlib.records import RECORDS_FILE
 from loadlib.run import metrics_export, options, otel_export
 from loadlib.run.clock_sync import WorkerClock
 from loadlib.run.config import RunConfig, request_settings
@@ -91,8 +90,8 @@ def _on_init(environment: Environment, **_kwargs: Any) -> None:
     target.start(profile)
     session = RunSession(environment, plays_load_modes, profile, target)
     _SESSIONS[environment] = session
-    progress = CellProgress(lambda: session.run_dir / RECORDS_FILE if session.run_dir is not None else None,
-                            lambda: session.users.streams_in_flight())
+    llm_events.cell.add_listener(session.cell_readings.on_cell)  # first: the listeners below read its readings
+    progress = CellProgress(session.cell_readings, lambda: session.users.streams_in_flight())
     llm_events.cell.add_listener(progress.on_cell)
     if isinstance(runner, MasterRunner):
         session.users = WorkerUsers(environment, session.take_lines, session.take_record, session.live_add,

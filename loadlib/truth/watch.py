@@ -17,7 +17,7 @@ import argparse
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 import orjson
@@ -27,6 +27,11 @@ from loadlib.truth.gpu_power import GpuMeter, meter_description, open_meter
 from loadlib.truth.probe import SERVER_INFO_FILE, probe_server
 from loadlib.truth.scrape import METRICS_FILE, parsed
 from loadlib.truth.scraper import MetricsSource, Scraper, metrics_url
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from loadlib.scenarios import Cell
 
 log = logging.getLogger("uni-bench")
 
@@ -92,12 +97,13 @@ class ServerWatch:
 
     It is given what it needs of the run and nothing more: the run directory, Locust's options
     (its own `--metrics-*` ones and `--insecure`), the target, a way to note its findings in the
-    manifest, the records of a cell, and the hooks of cells and of the test's stop.
+    manifest, an ended cell's records (a records frame, shared: read, not changed), and the hooks
+    of cells and of the test's stop.
     """
 
     def __init__(self, run_dir: Path, opts: argparse.Namespace, host: str, api_key: str | None,
                  note_in_manifest: Callable[[str, Any], None],
-                 cell_records: Callable[[str], list[dict[str, Any]]],
+                 cell_frame: Callable[[Cell], pd.DataFrame],
                  cell_events: EventHook, test_stop: EventHook, target: str = "",
                  on_energy: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.run_dir = run_dir
@@ -111,7 +117,7 @@ class ServerWatch:
         self.gpu_power = getattr(opts, "gpu_power", None)  # checked before the run (`inputs.check_gpu_power`)
         self.meter: GpuMeter | None = None
         self.note_in_manifest = note_in_manifest
-        self.cell_records = cell_records
+        self.cell_frame = cell_frame
         self.on_energy = on_energy  # given each cell's energy rows as it ends (the live metrics)
         self.launch: dict[str, Any] = {}  # the server's launch flags, as the probe read them
         self.cell: dict[str, Any] | None = None  # tag of the cell in progress
@@ -163,7 +169,7 @@ class ServerWatch:
         self._cell_entries += self.scraper.scrape(phase, tag)
         if phase == "end":
             self.cell = None
-            self._cell_ended(tag)
+            self._cell_ended(tag, cell)
 
     def _tick(self) -> None:
         while True:
@@ -188,15 +194,14 @@ class ServerWatch:
         if self.meter is not None:
             self.meter.close()
 
-    def _cell_ended(self, tag: dict[str, Any] | None) -> None:
+    def _cell_ended(self, tag: dict[str, Any] | None, cell: Cell) -> None:
         """A cell's scrapes, parsed once: a warning where its accept length and tok/chunk
         disagree, and its GPUs' energy handed on."""
         if tag is None:
             return
-        from loadlib.record_table import records_frame  # tables (pandas): workers import this module for its options
-        from loadlib.truth import energy, server_figures
+        from loadlib.truth import energy, server_figures  # tables (pandas): workers import this module for its options
 
-        records = records_frame(self.cell_records(tag["cell"]))
+        records = self.cell_frame(cell)
         entries = [parsed(e, server_figures.NAMES_READ | energy.NAMES_READ) for e in self._cell_entries]
         self._warn_on_divergence(tag, records, entries)
         if self.meter is not None and self.on_energy is not None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from loadlib.figures import bootstrap
-from loadlib.figures.bootstrap import block_length, resample_indices, resampled, row_quantiles
+from loadlib.figures.bootstrap import block_length, resample_indices, resampled, resampled_quantiles, row_quantiles
 
 
 def test_circular_blocks_are_runs_of_consecutive_units_wrapping_past_the_end():
@@ -56,4 +56,17 @@ def test_each_rows_quantile_is_numpys_with_nan_left_out(q):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = np.nanquantile(values, q, axis=1)
-    np.testing.assert_allclose(row_quantiles(values, q), expected, rtol=1e-12, equal_nan=True)
+    assert np.array_equal(row_quantiles(values, q), expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 0.97, 1.0])
+def test_a_resamples_quantile_from_ranks_is_the_quantile_of_its_values_to_the_bit(q):
+    rng = np.random.default_rng(11)
+    for n, nan_share in ((1, 0.0), (2, 0.0), (37, 0.0), (400, 0.0), (37, 0.3), (400, 0.05), (5, 1.0)):
+        values = np.round(rng.exponential(size=n), 2)  # ties among them
+        values[rng.random(n) < nan_share] = np.nan  # failed requests
+        rows = resample_indices(rng, n, 300)
+        assert np.array_equal(resampled_quantiles(values, rows, q), row_quantiles(values[rows], q), equal_nan=True)
+    wide = rng.exponential(size=70_000)  # more requests than a 16-bit integer's ranks hold
+    rows = resample_indices(rng, len(wide), 3)
+    assert np.array_equal(resampled_quantiles(wide, rows, q), np.quantile(wide[rows], q, axis=1))
