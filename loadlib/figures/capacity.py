@@ -6,7 +6,7 @@ A capacity search (`loadlib.modes.search`) judges each level by the criteria of 
 decoding at least `decode_tps` (the (100 - `decode_p`)th percentile of per-request decode);
 `goodput`: that share of requests meeting both targets (`formulas.meets_slo`). A level's
 requests are resampled (`loadlib.figures.bootstrap`), and the share of resamples in which every
-criterion holds (`slo_statistics`, `slo_holds`) says how sure the level is: the search judges with
+criterion holds (`slo_resamples.slo_statistics`, `slo_holds`) says how sure the level is: the search judges with
 resamples of single requests (`block=1`), cheap and live; the report adds a block bootstrap
 (`slo_met_share`): resamples made of blocks of consecutive requests in send order, as long as the
 level's TTFT, decode and SLO met move together from one request to the next
@@ -53,10 +53,11 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from loadlib.figures.bootstrap import RESAMPLES, block_length, resampled, resampled_quantiles, row_quantiles
+from loadlib.figures.bootstrap import RESAMPLES, block_length
 from loadlib.figures.formulas import meets_slo
 from loadlib.figures.free_running import SteadyCell, slo_ttft, steady_cell, steady_requests
 from loadlib.figures.goodput import Slo
+from loadlib.figures.slo_resamples import resampled_statistics
 from loadlib.figures.uncertainty import RankedSample
 
 LITTLE_TOLERANCE = 0.10  # in flight and throughput x latency agree within this share
@@ -66,26 +67,6 @@ DEFAULT_P = 90.0  # the percentile taken of a figure the SLO does not judge
 def level_seed(cells: Iterable[str]) -> int:
     """The resampling's seed for a level: from its cells, so the same records give the same answer."""
     return zlib.crc32(",".join(cells).encode())
-
-
-def slo_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float,
-                   decode_q: float) -> np.ndarray:
-    """Per row of (resampled) requests: TTFT's `ttft_q` quantile, decode's `decode_q` quantile
-    (its slow tail) and the goodput share, as 3 x rows; NaN where a row has no value to take a
-    quantile of (failures only)."""
-    return np.vstack([row_quantiles(ttft, ttft_q), row_quantiles(decode, decode_q), meets.mean(axis=1)])
-
-
-def resampled_statistics(ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
-                         seed: int, resamples: int = RESAMPLES, block: int = 1) -> np.ndarray:
-    """`slo_statistics` of `resamples` resamples of the requests (3 x resamples), by blocks of
-    `block` requests in the order given (`bootstrap.resampled`); each resample's quantiles from the
-    requests' ranks (`bootstrap.resampled_quantiles`: the same figures, in half the time)."""
-    def statistics(index: list[np.ndarray]) -> np.ndarray:
-        rows = index[0]
-        return np.vstack([resampled_quantiles(ttft, rows, ttft_q), resampled_quantiles(decode, rows, decode_q),
-                          meets[rows].mean(axis=1)])
-    return resampled(statistics, [len(ttft)], [block], np.random.default_rng(seed), resamples, widths=[3])
 
 
 def slo_holds(stats: np.ndarray, criteria: Slo) -> np.ndarray:

@@ -99,6 +99,7 @@ class Coordination:
     how long 0 requests in flight must hold before the records of what was sent are all in.
     `serve` hands every process a new profile for the rest of the test (a sweep's next server, its
     one target) and returns the new clock's start; `retire` ends the watch of a target's server.
+    `resample` draws a capacity level's resamples (by the workers, where the users run on some).
     """
 
     build_body: Callable[[Job], dict[str, Any]]
@@ -117,6 +118,7 @@ class Coordination:
     serve: Callable[["Profile"], float] | None = None
     retire: Callable[[str], None] | None = None
     run_dir: Path | None = None
+    resample: Callable[..., Any] | None = None  # a level's resampled statistics (`slo_resamples.Resample`)
 
 
 class Driver:

@@ -40,10 +40,10 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures import formulas
-from loadlib.figures.capacity import (delivery, judged_requests, quantiles, resampled_statistics, slo_holds,
-                                      slo_statistics)
+from loadlib.figures.capacity import delivery, judged_requests, quantiles, slo_holds
 from loadlib.figures.free_running import SEND, slo_ttft_from
 from loadlib.figures.goodput import Slo
+from loadlib.figures.slo_resamples import Resample, resampled_statistics, slo_statistics
 from loadlib.scenarios.base import level_cell_name
 
 CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
@@ -78,16 +78,18 @@ class Judgement:
     reason: str = ""  # the verdict in words
 
 
-def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | None = None) -> Judgement:
+def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | None = None,
+          resample: Resample = resampled_statistics) -> Judgement:
     """Judges one level from its records (`loadlib.record_table.records_frame` rows: `ok`, `ttft_s`,
     `queue_s`, `decode_tps`; and `cell`, `end_at` for a level offered `offered_rps`) against the
-    SLO's criteria and, offered a rate, against it (see the module docstring)."""
+    SLO's criteria and, offered a rate, against it (see the module docstring); its resamples drawn
+    by `resample` (here, or shared among the workers: the same figures)."""
     ok, ttft, decode = judged_requests(frame)
     meets = formulas.meets_slo(ok, ttft, decode, slo.ttft_s, slo.decode_tps)
     ttft_q, decode_q = quantiles(slo)
     n = len(frame)
     point = slo_statistics(ttft[None, :], decode[None, :], meets[None, :], ttft_q, decode_q)
-    boot = resampled_statistics(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
+    boot = resample(ttft, decode, meets, ttft_q, decode_q, seed) if n else np.full((3, 1), np.nan)
     passed = slo_holds(boot, slo)
     pass_share = float(passed.mean()) if n else 0.0
     failed = int((~ok).sum())

@@ -84,6 +84,12 @@ class UserProcesses:
     def end(self) -> None:
         """The test ends: wait (bounded) for what the processes still have to send."""
 
+    def resample(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
+        """A capacity level's resampled statistics (`slo_resamples.Resample`): drawn here."""
+        from loadlib.figures.slo_resamples import resampled_statistics  # numpy: the coordinator's, when judging
+
+        return resampled_statistics(ttft, decode, meets, ttft_q, decode_q, seed)
+
 
 class LocalUsers(UserProcesses):
     """The users run in this process: assignments and messages go straight to its `ModeState`."""

@@ -335,4 +335,4 @@ class RunSession:
             cell_frame=lambda names, target: self.cell_readings.cells(names, target).frame(),
             note=self.note_in_manifest, cell_events=events.cell, lead_time_s=users.lead_time_s,
             settle_s=users.settle_s, request_timeout_s=opts.request_timeout, serve=self.serve, retire=self.retire,
-            run_dir=run_dir)
+            run_dir=run_dir, resample=users.resample)

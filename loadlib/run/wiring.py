@@ -41,6 +41,7 @@ from loadlib.run.processes import LocalUsers
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, MODE_MESSAGE,
                                  PID_MESSAGE, LocalSink, ProcessRun, WorkerSink, attach)
 from loadlib.run.selfwatch import SelfWatch
+from loadlib.run.shared_resampling import serve_resampling
 from loadlib.run.target import Target
 from loadlib.run.users import ModeUser, mode_user_classes
 from loadlib.run.workers import FINAL_BATCHES_WAIT_S, SELFWATCH_KEY, WorkerUsers
@@ -190,6 +191,7 @@ def _init_worker(environment: Environment, runner: WorkerRunner, run: ProcessRun
         runner.send_message(DRAINED_MESSAGE, None)
 
     runner.register_message(CONFIG_MESSAGE, on_config)
+    serve_resampling(runner)
     runner.register_message(DRAIN_MESSAGE, lambda msg, **_: gevent.spawn(drain))
     runner.register_message(MODE_MESSAGE, lambda msg, **_: run.mode_state.on_message(msg.data))
     runner.register_message(ASSIGN_MESSAGE, lambda msg, **_: [run.mode_state.take(Assignment.from_message(data))

@@ -33,6 +33,7 @@ from loadlib.run.processes import LostWorker, UserProcesses
 from loadlib.run.runtime import (ASSIGN_MESSAGE, CONFIG_MESSAGE, DRAIN_MESSAGE, DRAINED_MESSAGE, FLUSH_S, MODE_MESSAGE,
                                  PID_MESSAGE, RECORDS_MESSAGE)
 from loadlib.run.selfwatch import SelfWatch
+from loadlib.run.shared_resampling import SharedResampling
 from loadlib.run.users import fire_request_event
 from loadlib.scenarios.base import stats_name
 
@@ -65,6 +66,7 @@ class WorkerUsers(UserProcesses):
         self._watcher: gevent.Greenlet | None = None
         self._testing = False  # between begin and end: a worker lost then is the test's loss
         self.clocks = ClockOffsets(self.runner)
+        self.resampling = SharedResampling(self.runner, lambda: [worker for worker, _users in self._alive_workers()])
         self._workers: tuple[str, ...] = ()  # the test's workers in share order (its records' `worker`)
         self.runner.register_message(RECORDS_MESSAGE, self._on_records)
         self.runner.register_message(DRAINED_MESSAGE, lambda msg, **_: self._drained.add(msg.node_id))
@@ -110,7 +112,14 @@ class WorkerUsers(UserProcesses):
         return sum(n for worker, n in self.in_flight_by_worker.items() if worker in live)
 
     def selfwatch(self) -> list[dict[str, Any]]:
-        return [*self.selfwatch_by_worker.values(), {**self.master_watch.snapshot(), "role": "master"}]
+        master = {**self.master_watch.snapshot(), "role": "master"}
+        if any(self.resampling.shard_counts.values()):
+            master["resample_shards_drawn"] = dict(self.resampling.shard_counts)
+        return [*self.selfwatch_by_worker.values(), master]
+
+    def resample(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
+        """Drawn by the workers, idle while a level is judged (`loadlib.run.shared_resampling`)."""
+        return self.resampling(ttft, decode, meets, ttft_q, decode_q, seed)
 
     def clock_offsets(self) -> list[dict[str, Any]]:
         return self.clocks.described(self._workers)
@@ -156,8 +165,11 @@ class WorkerUsers(UserProcesses):
 
     def _live_workers(self) -> list[tuple[str, int]]:
         """(worker id, users) of the workers that can take streams now."""
-        return [(node.id, node.user_count) for node in self.runner.clients.values()
-                if node.user_count > 0 and node.state != STATE_MISSING]
+        return [(worker, users) for worker, users in self._alive_workers() if users > 0]
+
+    def _alive_workers(self) -> list[tuple[str, int]]:
+        """(worker id, users) of the workers not missing."""
+        return [(node.id, node.user_count) for node in self.runner.clients.values() if node.state != STATE_MISSING]
 
     def _watch(self) -> None:
         while True:

@@ -11,8 +11,11 @@ import sys
 
 import pytest
 
-from loadlib.figures.capacity import judged_requests, level_block
+from loadlib.figures.capacity import judged_requests, level_block, level_seed
 from loadlib.figures.formulas import meets_slo
+from loadlib.figures.goodput import Slo
+from loadlib.figures.slo_resamples import SHARDS
+from loadlib.modes.search import judge
 from loadlib.record_table import records_frame
 from loadlib.records import read_records
 from tests.conftest import FAST_SIM, free_port, run_locust_together
@@ -78,13 +81,22 @@ def test_a_users_search_finds_the_two_streams_the_server_runs_at_once(search_run
         assert level["runs"] == len(level["cells"]) <= 2
         assert level["n"] == measured["cell"].isin(level["cells"]).sum()
     assert measured.groupby("cell")["slot"].nunique().to_dict() == cells
+    frame = records_frame(read_records(run_dir))
+    slo = Slo(ttft_s=USERS_SLO_S, ttft_p=90)
+    for level in levels.values():  # the live judgement, its resamples drawn by the workers or here: the records' own
+        again = judge(frame[frame["cell"].isin(level["cells"])], slo, level_seed(level["cells"]))
+        assert (again.n, again.pass_share, again.ttft_low, again.ttft_high) == (
+            level["n"], level["pass_share"], level["ttft_low"], level["ttft_high"])
     if processes > 1:
         assert set(measured["worker"]) == {0, 1}
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        master = next(watch for watch in manifest["client_watch"] if watch.get("role") == "master")
+        runs = sum(level["runs"] for level in levels.values())
+        assert master["resample_shards_drawn"] == {"workers": SHARDS * runs, "master": 0}
     table = {row["value"]: row for row in report["tables"]["search"]}  # the report's figures per level
     # the moving-block resamples agree with the verdicts (less firmly at a level that was once too close to call)
     held_share = 0.9 if levels[2]["runs"] == 1 else 0.5
     assert table[2]["pass_share_blocks"] >= held_share and table[3]["pass_share_blocks"] <= 1 - held_share
-    frame = records_frame(read_records(run_dir))
     level_two = frame[frame["cell"].isin(levels[2]["cells"])].sort_values("sent_at", kind="stable")
     ok, ttft, decode = judged_requests(level_two)  # the block its requests in send order need
     assert table[2]["block"] == level_block(ttft, decode, meets_slo(ok, ttft, decode, USERS_SLO_S, None))
