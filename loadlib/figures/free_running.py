@@ -342,13 +342,13 @@ PERCENTILE_COLUMNS = ["cell", "figure", "p50", "p90", "p99", "n", *uncertainty_c
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
     """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, each request's
     longest chunk gap (`--chunk-times`), client-side queueing and reasoning tokens (shown only when
-    some request reasoned: SGLang reports 0 for every answer without thinking), per free-running cell, from the raw records of successful
-    requests sent within the cell's steady window (`cells` as in `steady_state_table`). A cell
-    sent on a schedule (`scheduled`) adds the latencies from the intended send beside those from
-    the send (`formulas.from_intended_send`): `intended_ttft_s` beside `ttft_s`, `intended_total_s`
-    beside `total_s`. Each percentile comes with its 95 % confidence interval and whether it rests
-    on enough samples (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`,
-    `p90_enough`, ...)."""
+    some request reasoned: SGLang reports 0 for every answer without thinking), per free-running
+    cell, from the raw records of successful requests sent within the cell's steady window (`cells`
+    as in `steady_state_table`). A cell sent on a schedule (`scheduled`) adds the latencies from the
+    intended send beside those from the send (`formulas.from_intended_send`): `intended_ttft_s`
+    beside `ttft_s`, `intended_total_s` beside `total_s`. Each percentile comes with its 95 %
+    confidence interval and whether it rests on enough samples
+    (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`, `p90_enough`, ...)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         pick = group["ok"].to_numpy(dtype=bool) & steady_requests(sent, start, stop)
