@@ -292,6 +292,22 @@ def test_a_run_shared_as_its_columnar_copy_alone_is_read_from_it(write_run, prot
     pd.testing.assert_frame_equal(read_records_frame(run_dir / "records.parquet"), journal_frame)  # its journal's
 
 
+def test_a_copy_alone_from_before_a_field_reads_it_as_missing(write_run, protocol_records, tmp_path):
+    """A copy written before `chunk_gaps_ms` existed (its table without the column) reads as the
+    journal's older lines do: the field null."""
+    import pyarrow.parquet as pa_parquet
+
+    run_dir = write_run(protocol_records)
+    journal_frame = read_journal(run_dir, keep_copy=True)[0]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    older = pa_parquet.read_table(run_dir / "records.parquet")
+    pa_parquet.write_table(older.drop_columns(["chunk_gaps_ms"]), shared / "records.parquet")
+    frame = read_records_frame(shared)
+    assert frame["chunk_gaps_ms"].isna().all()
+    pd.testing.assert_frame_equal(frame, journal_frame)
+
+
 @pytest.mark.parametrize("copy, problem", [
     (b"PAR1 not parquet", r"cannot read records .*records.parquet: "),
     ("other columns", r"records.parquet: not a records copy this version reads \(its columns differ\)"),
