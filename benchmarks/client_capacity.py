@@ -7,6 +7,12 @@ CPU share and CPU microseconds per chunk, the client's TTFT and decode errors ag
 simulator's send times, and the client's resident memory when the point's streams start and end.
 
     python benchmarks/client_capacity.py [--points 8,64,256,64x1x1024,256x1x4096] [--rounds 2]
+    python benchmarks/client_capacity.py --points 64,64x1x1024 --chunk-times both   # its cost: off, then on
+
+`--chunk-times on` runs the tool with `--chunk-times` (each record keeps its gaps between chunks),
+`both` runs each point without it and then with it, so the two rows show what it costs: CPU us/chunk
+and the journal's bytes per chunk; and, since a whole run's CPU varies more than that cost on a
+shared machine, the stream reader alone in this process, off and on (`reader_cost`).
 
 A point is `STREAMS` (speculative chunks of the preset, `--max-tokens` answers) or
 `STREAMSxTOKENS_PER_CHUNKxANSWER_TOKENS` (e.g. `256x1x4096`: 256 streams, one token per chunk as
@@ -38,7 +44,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from loadlib.figures import formulas  # noqa: E402
-from loadlib.records import read_records  # noqa: E402
+from loadlib.records import chunk_gaps_text, read_records  # noqa: E402
+from loadlib.wire.sse import StreamReader  # noqa: E402
 from loadlib.sim.process import READY_PREFIX, SimulatorProcess, start_simulator  # noqa: E402
 
 # Simulator time scale per point. At 8 streams (fidelity) decode lasts about half a second; at
@@ -98,10 +105,10 @@ def start_point_simulator(point: Point, sim_args: list[str]) -> SimulatorProcess
     return SimulatorProcess(proc, [line[len(READY_PREFIX):].strip()], None)
 
 
-def run_point(point: Point, rounds: int, time_scale: float, work: Path) -> dict:
-    tag = f"{point.streams}-{point.tokens_per_chunk}-{point.answer_tokens}"
-    trace = work / f"trace-{tag}.jsonl"
-    run_dir = work / f"run-{tag}"
+def run_point(point: Point, rounds: int, time_scale: float, work: Path, chunk_times: bool = False) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"{point.streams}-{point.tokens_per_chunk}-{point.answer_tokens}-", dir=work))
+    trace = work / "trace.jsonl"
+    run_dir = work / "run"
     streams = point.streams
     sim_args = ["--time-scale", str(time_scale), "--trace", str(trace),
                 "--max-running-requests", str(max(streams, 2))]
@@ -110,7 +117,7 @@ def run_point(point: Point, rounds: int, time_scale: float, work: Path) -> dict:
                    "--headless", "-u", str(streams), "--concurrency", str(streams), "--scenarios", "",
                    "--host", sim.url, "--model", "sim", "--rounds", str(rounds),
                    "--max-tokens", str(point.answer_tokens), "--run-dir", str(run_dir),
-                   "--loglevel", "WARNING", "--only-summary"]
+                   "--loglevel", "WARNING", "--only-summary", *(["--chunk-times"] if chunk_times else [])]
         proc = subprocess.Popen(command, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         samples = sample_process(proc)
         _, err = proc.communicate()
@@ -120,7 +127,32 @@ def run_point(point: Point, rounds: int, time_scale: float, work: Path) -> dict:
         sim_cpu = sim_ps.cpu_times()
     records = pd.DataFrame(list(read_records(run_dir)))
     sim_rows = pd.DataFrame([orjson.loads(line) for line in trace.read_bytes().splitlines()])
-    return summarize(point, records, sim_rows, samples, sim_cpu.user + sim_cpu.system)
+    row = summarize(point, records, sim_rows, samples, sim_cpu.user + sim_cpu.system)
+    journal_bytes = (run_dir / "records.jsonl").stat().st_size
+    return {"point": row.pop("point"), "chunk times": "on" if chunk_times else "off", **row,
+            "journal B/chunk": journal_bytes / max(float(records["chunks"].sum()), 1.0)}
+
+
+def reader_cost(chunks_per_request: int = 1024, requests: int = 100, repeats: int = 5) -> dict:
+    """CPU microseconds per chunk of the stream reader alone (`StreamReader.feed`, one chunk a read,
+    vLLM's one-token chunks), without and with `--chunk-times` (its stamps, and the record's
+    `chunk_gaps_ms` made once a request), best of `repeats`."""
+    piece = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
+    arrivals = [1_700_000_000.0 + i * 0.02 for i in range(chunks_per_request)]
+    costs = {}
+    for kept in (False, True):
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.process_time()
+            for _ in range(requests):
+                reader = StreamReader(chunk_times=kept)
+                for t in arrivals:
+                    reader.feed(piece, t)
+                if kept:
+                    chunk_gaps_text(reader.chunk_times)
+            best = min(best, time.process_time() - started)
+        costs["on" if kept else "off"] = best / (requests * chunks_per_request) * 1e6
+    return costs
 
 
 def sample_process(proc: subprocess.Popen) -> pd.DataFrame:
@@ -190,16 +222,24 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=1024, help="answer tokens of STREAMS points")
     parser.add_argument("--time-scale", type=float, default=None, help="override the per-point time scale")
+    parser.add_argument("--chunk-times", choices=("off", "on", "both"), default="off",
+                        help="run the tool with --chunk-times, without it, or both one after the other (its cost)")
     args = parser.parse_args()
+    kept = {"off": (False,), "on": (True,), "both": (False, True)}[args.chunk_times]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for point in (Point.parse(p, args.max_tokens) for p in args.points.split(",")):
             scale = args.time_scale or TIME_SCALES.get(point.streams, 0.01)
-            rows.append(run_point(point, args.rounds, scale, Path(tmp)))
-            print(pd.DataFrame([rows[-1]]).to_string(index=False, float_format=lambda v: f"{v:,.2f}"),
-                  flush=True)
+            for chunk_times in kept:
+                rows.append(run_point(point, args.rounds, scale, Path(tmp), chunk_times))
+                print(pd.DataFrame([rows[-1]]).to_string(index=False, float_format=lambda v: f"{v:,.2f}"),
+                      flush=True)
     print("\nAll points:")
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    if args.chunk_times == "both":
+        cost = reader_cost()
+        print(f"\nStream reader alone, CPU us per chunk: --chunk-times off {cost['off']:.3f}, on {cost['on']:.3f} "
+              f"({cost['on'] / cost['off'] - 1:+.1%})")
     return 0
 
 

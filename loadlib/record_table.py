@@ -445,9 +445,14 @@ def _read_copy_alone(copy: Path, filters: list[tuple[str, str, Any]] | None = No
         table = pa_parquet.read_table(copy, filters=filters, memory_map=True)
     except (OSError, pa.ArrowException) as exc:
         raise JournalError(f"cannot read records {copy}: {str(exc).splitlines()[0]}") from None
-    if table.column_names != RECORD_COLUMNS:
+    missing = [name for name in RECORD_COLUMNS if name not in table.column_names]
+    if table.column_names != [name for name in RECORD_COLUMNS if name not in missing] \
+            or any(name in REQUIRED_COLUMNS for name in missing):
         raise JournalError(f"{copy}: not a records copy this version reads (its columns differ); "
                            f"read its run's {RECORDS_FILE} instead")
+    for name in missing:  # a field added since the copy was written: null, as in the journal's older lines
+        table = table.add_column(RECORD_COLUMNS.index(name), name,
+                                 pa.nulls(table.num_rows, _ARROW_PARSE.explicit_schema.field(name).type))
     return table
 
 

@@ -19,8 +19,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
+import numpy as np
 import orjson
 
 from loadlib import clock
@@ -113,6 +114,10 @@ class Exchange:
     spec_draft_tokens: int | None = None
     spec_accepted_tokens: int | None = None
     spec_accept_histogram: str | None = None
+    # With `--chunk-times`: the gaps between successive output chunks (those `chunks` counts), in
+    # milliseconds to 0.01 ms, comma-separated (`chunk_gaps_text`; "" for fewer than two chunks);
+    # None: the run did not keep them.
+    chunk_gaps_ms: str | None = None
     # The answer's text and the reasoning before it, for the task that sent the request (a
     # conversation resends the reply). Kept in memory only: the journal keeps `output_sha`.
     text: str = field(default="", repr=False)
@@ -204,6 +209,26 @@ IN_MEMORY_FIELDS = ("text", "reasoning_text")  # a record's fields that the jour
 JOURNAL_FIELDS = tuple(name for name in (*(f.name for f in dataclasses.fields(RequestRecord)
                                             if f.name not in EXCHANGE_FIELDS), *EXCHANGE_FIELDS)
                        if name not in IN_MEMORY_FIELDS)
+
+
+TICKS_PER_MS = 100  # the chunk gaps' resolution: 0.01 ms
+
+
+def chunk_gaps_text(times: Sequence[float]) -> str:
+    """A request's chunk stamps (wall clock, s) as its record keeps them (`chunk_gaps_ms`): the gap
+    before each chunk after the first, in ms to 0.01 ms, comma-separated ("12.5,0,7.31"). Each
+    chunk's offset from the first is rounded, not each gap, so however many there are the gaps sum
+    to the last chunk's offset within 0.005 ms. Chunks read together share a stamp: a gap of 0."""
+    if len(times) < 2:
+        return ""
+    ticks = np.rint((np.asarray(times) - times[0]) * (1000 * TICKS_PER_MS)).astype(np.int64)
+    text = orjson.dumps(np.diff(ticks) / TICKS_PER_MS, option=orjson.OPT_SERIALIZE_NUMPY)  # each its shortest decimal
+    return text[1:-1].replace(b".0,", b",").removesuffix(b".0").decode()  # whole ms without ".0"
+
+
+def chunk_gaps_s(text: str) -> list[float]:
+    """The gaps (s) of a record's `chunk_gaps_ms` ("" -> none)."""
+    return [float(gap) / 1000 for gap in text.split(",")] if text else []
 
 
 def observed_state(cached_tokens: int | None) -> str | None:

@@ -5,9 +5,10 @@ distribution of each (mean, spread, percentiles from the raw records).
 A cell's window runs from its first send to its last end (what `vllm bench serve` calls its
 duration), so its rates are whole-cell figures, warm-up and tail included; the steady-state and
 round figures of the summary are other definitions. Time per output token is `1 / decode` (the
-summary's decode, `formulas.decode_tps`); the gaps between stream chunks (`formulas.chunk_gap_s`)
-are each request's mean gap repeated: the journal keeps no stamp per chunk, so their mean is exact
-and their spread is the spread between requests, not within one.
+summary's decode, `formulas.decode_tps`); the gaps between stream chunks are those the client
+measured where the record keeps them (a run with `--chunk-times`: `chunk_gaps_ms`), else the
+request's mean gap (`formulas.chunk_gap_s`) repeated, whose mean is exact but whose spread is the
+spread between requests, not within one (`gaps_measured` says which).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pandas as pd
 from loadlib.figures.columns import isin
 from loadlib.figures.formulas import chunk_gap_s
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, cell_order
+from loadlib.records import chunk_gaps_s
 from loadlib.scenarios.base import SINGLE
 
 PERCENTILES = (0.1, 1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9)  # those llm-d reads of a vLLM result
@@ -97,14 +99,23 @@ class CellRequests:
 
     @cached_property
     def chunk_gaps_s(self) -> list[list[float]]:
-        """Per request (failed ones: none), its gaps between chunks after the first: its mean gap
-        (`formulas.chunk_gap_s`) once per gap (see the module's doc)."""
+        """Per request (failed ones: none), its gaps between chunks after the first: those measured
+        where its record keeps them, else its mean gap (`formulas.chunk_gap_s`) once per gap."""
         gaps = []
-        for ok, ttft, last, chunks in zip(self.records["ok"], self.records["ttft_s"], self.records["last_chunk_s"],
-                                          self.records["chunks"]):
+        for ok, ttft, last, chunks, measured in zip(self.records["ok"], self.records["ttft_s"],
+                                                    self.records["last_chunk_s"], self.records["chunks"],
+                                                    self.records["chunk_gaps_ms"]):
+            if ok and isinstance(measured, str):
+                gaps.append(chunk_gaps_s(measured))
+                continue
             gap = chunk_gap_s(ttft, last, int(chunks)) if ok and np.isfinite(last) else None
             gaps.append([gap] * (int(chunks) - 1) if gap is not None else [])
         return gaps
+
+    @cached_property
+    def gaps_measured(self) -> tuple[int, int]:
+        """(successful requests whose chunk gaps were measured, successful requests)."""
+        return int(self.ok["chunk_gaps_ms"].notna().sum()), self.completed
 
     @cached_property
     def most_in_flight(self) -> int:
@@ -117,10 +128,10 @@ class CellRequests:
     @cached_property
     def peak_chunks_per_s(self) -> float:
         """The most chunks that arrived in one second of the window (vLLM's peak output "tokens"
-        per second: it counts a chunk as a token), at the evenly spaced chunk times above."""
+        per second: it counts a chunk as a token), at the chunk times of the gaps above."""
         if not len(self.ok):
             return 0.0
-        arrivals = [sent + ttft + np.arange(len(gaps) + 1) * (gaps[0] if gaps else 0.0)
+        arrivals = [sent + ttft + np.concatenate(([0.0], np.cumsum(gaps)))
                     for sent, ttft, gaps in zip(self.records["sent_at"], self.records["ttft_s"], self.chunk_gaps_s)
                     if np.isfinite(ttft)]
         seconds = (np.concatenate(arrivals) - self.started_at).astype(int) if arrivals else np.zeros(0, int)

@@ -6,6 +6,7 @@ a pandas Series (the post-processor, a whole run at once).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -69,6 +70,13 @@ def chunk_gap_s(ttft_s: float, last_chunk_s: float | None, chunks: int) -> float
     if last_chunk_s is None or chunks < 2:
         return None
     return (last_chunk_s - ttft_s) / (chunks - 1)
+
+
+def longest_chunk_gap_s(gaps_s: list[float]) -> float:
+    """The longest wait between two successive chunks of a stream (its measured gaps,
+    `--chunk-times`): the stall that `chunk_gap_s`, a mean, spreads over all its gaps; NaN with
+    fewer than two chunks."""
+    return max(gaps_s) if gaps_s else math.nan
 
 
 def forward_rate(decode: Num, tokens_per_chunk: Num) -> Num:

@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from loadlib.figures.columns import coded, first_seen, isin
-from loadlib.figures.formulas import from_intended_send, meets_slo
+from loadlib.figures.formulas import from_intended_send, longest_chunk_gap_s, meets_slo
 from loadlib.figures.goodput import DEFAULT_SLO
 from loadlib.figures.protocol_tables import CONCURRENT_CASES, PERCENTILES
 from loadlib.figures.uncertainty import RankedSample, uncertainty_columns
+from loadlib.records import chunk_gaps_s
 from loadlib.scenarios.base import SINGLE, TRACE_KIND
 
 MAX_LENGTH_BUCKETS = 8
@@ -218,14 +219,15 @@ SteadyCell = tuple[str, pd.DataFrame, float, np.ndarray, np.ndarray, float, floa
 
 
 STEADY_INPUTS = ["cell", "case", "sent_at", "end_at", "first_token_at", "last_token_at", "completion_tokens", "ok",
-                 "ttft_s", "ttfo_s", "total_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens"]
+                 "ttft_s", "ttfo_s", "total_s", "decode_tps", "e2e_tps", "tok_per_chunk", "queue_s", "reasoning_tokens",
+                 "chunk_gaps_ms"]
 
 
-STEADY_FIGURES = ["ttft_s", "intended_ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "total_s",
-                  "intended_total_s", "queue_s", "reasoning_tokens"]
+STEADY_FIGURES = ["ttft_s", "intended_ttft_s", "ttfo_s", "decode_tps", "e2e_tps", "tok_per_chunk", "max_chunk_gap_s",
+                  "total_s", "intended_total_s", "queue_s", "reasoning_tokens"]
 
 
-STEADY_OPTIONAL = ("ttfo_s", "queue_s", "reasoning_tokens")  # left out where no request has them
+STEADY_OPTIONAL = ("ttfo_s", "max_chunk_gap_s", "queue_s", "reasoning_tokens")  # left out where no request has them
 
 
 SCHEDULED_FIGURES = ("intended_ttft_s", "total_s", "intended_total_s")  # only in cells sent on a schedule
@@ -338,15 +340,15 @@ PERCENTILE_COLUMNS = ["cell", "figure", "p50", "p90", "p99", "n", *uncertainty_c
 
 
 def steady_percentiles(df: pd.DataFrame, cells: list[SteadyCell] | None = None) -> pd.DataFrame:
-    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, client-side
-    queueing and reasoning tokens (shown only when some request reasoned: SGLang reports 0 for
-    every answer without thinking), per free-running cell, from the raw records of successful
-    requests sent within the cell's steady window (`cells` as in `steady_state_table`). A cell
-    sent on a schedule (`scheduled`) adds the latencies from the intended send beside those from
-    the send (`formulas.from_intended_send`): `intended_ttft_s` beside `ttft_s`, `intended_total_s`
-    beside `total_s`. Each percentile comes with its 95 % confidence interval and whether it rests
-    on enough samples (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`,
-    `p90_enough`, ...)."""
+    """p50/p90/p99 of TTFT, decode, end-to-end, tok/chunk, and where recorded TTFO, each request's
+    longest chunk gap (`--chunk-times`), client-side queueing and reasoning tokens (shown only when
+    some request reasoned: SGLang reports 0 for every answer without thinking), per free-running
+    cell, from the raw records of successful requests sent within the cell's steady window (`cells`
+    as in `steady_state_table`). A cell sent on a schedule (`scheduled`) adds the latencies from the
+    intended send beside those from the send (`formulas.from_intended_send`): `intended_ttft_s`
+    beside `ttft_s`, `intended_total_s` beside `total_s`. Each percentile comes with its 95 %
+    confidence interval and whether it rests on enough samples
+    (`uncertainty.percentile_uncertainty`: `p90_ci_low`, `p90_ci_high`, `p90_enough`, ...)."""
     parts = []
     for cell, group, _origin, sent, _end, start, stop in steady_cells(df) if cells is None else cells:
         pick = group["ok"].to_numpy(dtype=bool) & steady_requests(sent, start, stop)
@@ -380,6 +382,12 @@ def _steady_column(group: pd.DataFrame, name: str) -> np.ndarray:
     if name in ("intended_ttft_s", "intended_total_s"):
         latency = group[name.removeprefix("intended_")].to_numpy(dtype="float64")
         return from_intended_send(latency, group["queue_s"].to_numpy(dtype="float64"))
+    if name == "max_chunk_gap_s":  # measured gaps only: a run without --chunk-times has none
+        gaps = group["chunk_gaps_ms"]
+        kept = gaps.notna().to_numpy()
+        longest = np.full(len(gaps), np.nan)
+        longest[kept] = [longest_chunk_gap_s(chunk_gaps_s(text)) for text in gaps[kept]]
+        return longest
     return group[name].to_numpy(dtype="float64")
 
 

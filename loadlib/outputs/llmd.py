@@ -12,9 +12,9 @@ a session is one copy of one conversation, it failed where one of its turns fail
 `results.observability` where the run scraped its server during the cell: one component entry
 per scraped source (`replica_id`: the source's name, the GPU meter's "gpu"), under the stack's
 label, with the gauges, prefix hit rate and power of `loadlib.figures.cell_server`.
-Written as JSON, which llm-d reads as YAML. Left out: the ITL (the journal keeps each request's
-mean chunk gap, not a gap per token), the sessions' cancelled events (a turn never sent leaves no
-record), the cell's energy in joules (the schema has watts only).
+Written as JSON, which llm-d reads as YAML. Left out: the ITL (llm-d's is per token; the journal
+keeps a gap per chunk at most, with `--chunk-times`), the sessions' cancelled events (a turn never
+sent leaves no record), the cell's energy in joules (the schema has watts only).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The keys are those `vllm bench serve --save-result --save-detailed` writes (vllm
 the setup, the traffic, the counts and rates over the duration, `{mean,median,std,pN}_{ttft,tpot,
 itl,e2el}_ms`, and the per-request arrays), each cell's figures by `loadlib.figures.cell_requests`
 (its window is vLLM's duration). Where the journal cannot give vLLM's own figure the file says so
-in `notes`, a key of its own (vLLM's `--metadata` adds such keys): the ITLs are each request's
-mean chunk gap repeated (`CellRequests.chunk_gaps_s`), `start_times` are epoch seconds,
+in `notes`, a key of its own (vLLM's `--metadata` adds such keys): the ITLs are the gaps the
+client measured of a run with `--chunk-times`, else each request's mean chunk gap repeated
+(`CellRequests.chunk_gaps_s`; the note says which), `start_times` are epoch seconds,
 `generated_texts` are not kept.
 """
 
@@ -27,6 +28,7 @@ from loadlib.figures.goodput import Slo
 from loadlib.figures.headline import FIGURE_COLUMNS, LOWER, PublishedFigures
 from loadlib.outputs import cell_files
 from loadlib.record_table import records_frame
+from loadlib.records import chunk_gaps_text
 from loadlib.run_view import RunDirError, RunView
 
 if TYPE_CHECKING:
@@ -35,12 +37,18 @@ if TYPE_CHECKING:
 HELP = "vllm bench serve's result JSON, one file per cell, with the per-request arrays"
 BACKEND = "openai-chat"  # vLLM's name for what the tool sends: streaming chat completions
 METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "total_s"}  # vLLM's name -> the cell's samples
-NOTES = ("itls: per request, one gap per stream chunk after the first (as vLLM's: a chunk of k tokens is one gap; "
-         "vLLM counts every chunk with choices, this tool those that carry output), summing to the time from the "
-         "first chunk to the last, but each is the request's mean gap: the journal keeps no stamp per chunk, so "
-         "mean_itl_ms is exact while the ITL's std and percentiles are of requests' mean gaps (a stall within a "
-         "request is spread over its gaps); max_output_tokens_per_s counts chunks at those evenly spaced times",
-         "start_times: epoch seconds of each send; duration: the cell's first send to its last end",
+ITLS = ("itls: per request, one gap per stream chunk after the first (as vLLM's: a chunk of k tokens is one gap; "
+        "vLLM counts every chunk with choices, this tool those that carry output), summing to the time from the "
+        "first chunk to the last")
+MEASURED_GAPS = ("; each as the client measured it, as vLLM's are (--chunk-times: kernel receive stamps, to 0.01 ms; "
+                 "chunks read in one socket read share a stamp, a gap of 0)")
+MEAN_GAPS = ("; each is the request's mean gap: the records keep no stamp per chunk (--chunk-times keeps them), so "
+             "mean_itl_ms is exact while the ITL's std and percentiles are of requests' mean gaps (a stall within a "
+             "request is spread over its gaps); max_output_tokens_per_s counts chunks at those evenly spaced times")
+MIXED_GAPS = ("; as the client measured them (--chunk-times) for {measured} of the {completed} successful requests, "
+              "the request's mean gap repeated for the others (their records keep no stamp per chunk), so the ITL's "
+              "std and percentiles mix the two")
+NOTES = ("start_times: epoch seconds of each send; duration: the cell's first send to its last end",
          "generated_texts: not kept (the journal keeps each output's hash)")
 DETAILED = ("ttfts", "latencies", "output_lens")  # a result with these arrays has its requests' samples
 
@@ -85,7 +93,7 @@ def result(cell: CellRequests, manifest: dict[str, Any]) -> dict[str, Any]:
         "errors": [error if isinstance(error, str) else "" for error in records["error"]],
         "max_output_tokens_per_s": cell.peak_chunks_per_s,
         "max_concurrent_requests": cell.most_in_flight,
-        "notes": list(NOTES),
+        "notes": [itls_note(*cell.gaps_measured), *NOTES],
     }
     samples = {"ttft_s": cell.ok["ttft_s"].to_numpy(dtype="float64"), "tpot_s": cell.tpot_s,
                "itl_s": np.array([gap for gaps in cell.chunk_gaps_s for gap in gaps]),
@@ -99,6 +107,13 @@ def result(cell: CellRequests, manifest: dict[str, Any]) -> dict[str, Any]:
             if key not in ("mean", "std", "min", "max"):
                 found[f"p{key}_{metric}_ms"] = _ms(value)
     return found
+
+
+def itls_note(measured: int, completed: int) -> str:
+    """What the itls are, by how many of the cell's successful requests had their gaps measured."""
+    if not measured:
+        return ITLS + MEAN_GAPS
+    return ITLS + (MEASURED_GAPS if measured == completed else MIXED_GAPS.format(measured=measured, completed=completed))
 
 
 def _burstiness(rate: float | None, manifest: dict[str, Any]) -> float | str:
@@ -151,14 +166,24 @@ def read_result(path: Path, label: str | None = None, goodput: Slo | None = None
     return RunView(_records(data, cell, scheduled), manifest, None, name, goodput=goodput)
 
 
+def _gaps_measured(data: dict[str, Any]) -> bool:
+    """Whether the result's itls are gaps as measured: vLLM's own are; this tool's only where its
+    note says so (`itls_note`)."""
+    notes = data.get("notes")
+    return not (isinstance(notes, list) and any(isinstance(note, str) and note.startswith(ITLS)
+                                                and note != ITLS + MEASURED_GAPS for note in notes))
+
+
 def _records(data: dict[str, Any], cell: str, scheduled: bool) -> pd.DataFrame:
-    """The result's requests as records (`loadlib.record_table.records_frame`)."""
+    """The result's requests as records (`loadlib.record_table.records_frame`), with their chunk
+    gaps where the itls are measured ones."""
     ttfts, latencies, outputs = (data[key] for key in DETAILED)
     count = len(ttfts)
     inputs, itls = data.get("input_lens") or [None] * count, data.get("itls") or [[]] * count
     errors, queues = data.get("errors") or [None] * count, data.get("queue_times") or [None] * count
     starts = data.get("start_times") or list(np.cumsum([0.0, *latencies[:-1]]))  # sent one after another
     concurrency = int(data.get("max_concurrency") or count)
+    measured = _gaps_measured(data)
     records = []
     for i in range(count):
         ok = not errors[i] and (outputs[i] or ttfts[i])
@@ -170,6 +195,7 @@ def _records(data: dict[str, Any], cell: str, scheduled: bool) -> pd.DataFrame:
             "queue_s": queue if scheduled else None, "sent_at": sent,
             "ttft_s": ttfts[i] if ok else None, "total_s": latencies[i] if ok else None,
             "last_chunk_s": ttfts[i] + sum(itls[i]) if ok else None, "chunks": len(itls[i]) + 1 if ok else 0,
+            "chunk_gaps_ms": chunk_gaps_text([0.0, *np.cumsum(itls[i]).tolist()]) if ok and measured else None,
             "completion_tokens": outputs[i] if ok else None, "prompt_tokens": inputs[i],
             "error": None if ok else (errors[i] or "failed"),
         })

@@ -89,13 +89,16 @@ def steady_percentiles(table: pd.DataFrame) -> Section:
     interval, a tail percentile on too few samples marked (`percentile_note`); a cell sent on a
     schedule has its latencies from the intended send beside those from the send."""
     digits = {"ttft_s": 3, "intended_ttft_s": 3, "ttfo_s": 3, "total_s": 3, "intended_total_s": 3, "queue_s": 3,
-              "tok_per_chunk": 2, "reasoning_tokens": 0}
+              "tok_per_chunk": 2, "max_chunk_gap_s": 3, "reasoning_tokens": 0}
     places = [digits.get(f, 1) for f in table["figure"]]
     intended = table["figure"].isin(("intended_ttft_s", "intended_total_s")).any()
+    gaps = (table["figure"] == "max_chunk_gap_s").any()
     return Section(
         "steady_percentiles", "Steady-state percentiles (raw records sent within the window"
         + ("; intended_ttft_s, intended_total_s = from the intended send time: + queue_s, the wait for a free user "
-           "(coordinated omission corrected)" if intended else "") + percentile_note(table) + ")",
+           "(coordinated omission corrected)" if intended else "")
+        + ("; max_chunk_gap_s = each request's longest wait between two chunks (--chunk-times)" if gaps else "")
+        + percentile_note(table) + ")",
         table, pd.DataFrame({
             "cell": table["cell"].astype(str), "figure": table["figure"].astype(str),
             **{col: marked(table, col, places) for col in PERCENTILE_NAMES},

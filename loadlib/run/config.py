@@ -71,4 +71,5 @@ def request_settings(profile: Profile | None, opts: Any, model: str, api_key: st
     spec_details = getattr(opts, "spec_details", "auto")
     return ChatSettings(model=model, max_tokens=max_tokens, thinking=thinking, api_key=api_key,
                         timeout_s=opts.request_timeout, verify_tls=not opts.insecure,
-                        spec_details=spec_details == "on" or spec_details == "auto" and owned_by == SGLANG.probes.owned_by)
+                        spec_details=spec_details == "on" or spec_details == "auto" and owned_by == SGLANG.probes.owned_by,
+                        chunk_times=getattr(opts, "chunk_times", False))

@@ -60,6 +60,7 @@ def build_manifest(config: RunConfig, opts: Any, target: dict[str, Any], plan: l
             "rounds": getattr(profile.load, "rounds", None) if profile is not None else None,
             "max_tokens": config.settings.max_tokens, "temperature": config.settings.temperature,
             "thinking": config.settings.thinking, "spec_details": config.settings.spec_details,
+            "chunk_times": config.settings.chunk_times,
             "concurrency": sorted({c.concurrency for c in plan if c.concurrency > 1}),
             "scenarios": (profile_settings(profile)["scenarios"] or []) if profile is not None else [],
             "users": opts.num_users, "processes": getattr(opts, "processes", None), "mode": config.mode,

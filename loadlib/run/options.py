@@ -163,6 +163,10 @@ def add_arguments(parser: Any) -> None:
     run.add_argument("--keep-going", action="store_true", default=False,
                      help="Run on even when the first requests all fail the same way, or the server goes away "
                           "mid-run (default: stop with the reason)")
+    run.add_argument("--chunk-times", action="store_true", default=False,
+                     help="Keep each request's gaps between stream chunks in its record (chunk_gaps_ms, about 6 "
+                          "bytes a chunk): the vLLM export's itls and the longest chunk gap are then measured "
+                          "(default: off, each request's mean gap stands for them)")
     run.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT", include_in_web_ui=False,
                      help="Serve the run's live metrics for Prometheus at http://WEB_HOST:PORT/metrics "
                           "(docs/metrics.md; default: not served)")

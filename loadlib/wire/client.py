@@ -18,7 +18,7 @@ from typing import Any, cast
 import orjson
 
 from loadlib.figures import live
-from loadlib.records import Exchange
+from loadlib.records import Exchange, chunk_gaps_text
 from loadlib.wire.connection import BodyReader, Collector, Connection, Endpoint, Response, TransportError
 from loadlib.wire.sse import StreamReader, http_error_reason
 
@@ -46,6 +46,7 @@ class ChatSettings:
     timeout_s: float = 900.0
     verify_tls: bool = True
     spec_details: bool = False  # ask for the server's account of speculative decoding (`SPEC_DETAILS_FIELD`)
+    chunk_times: bool = False  # keep each request's gaps between chunks (`Exchange.chunk_gaps_ms`)
 
 
 def chat_body(settings: ChatSettings, messages: list[dict[str, Any]], max_tokens: int | None = None,
@@ -135,7 +136,8 @@ class ChatClient:
     def _reader(self, response: Response, keep_text: bool) -> BodyReader:
         """A 200 is read as an event stream as it arrives; any other answer is an error body."""
         if response.status == 200:
-            return StreamReader(response.sent_at, response.headers.get("content-type"), self.live, keep_text)
+            return StreamReader(response.sent_at, response.headers.get("content-type"), self.live, keep_text,
+                                self.settings.chunk_times)
         return Collector(response, ERROR_BODY_BYTES)
 
     def _redacted(self, reason: str) -> str:
@@ -173,6 +175,8 @@ def fill_exchange(exchange: Exchange, response: Response) -> None:
     if stream.first_answer_at is not None and (stream.chunks_before_answer or exchange.thinking):
         exchange.ttfo_s = stream.first_answer_at - sent
     exchange.reasoning_tokens = stream.reasoning_tokens
+    if stream.chunk_times is not None:
+        exchange.chunk_gaps_ms = chunk_gaps_text(stream.chunk_times)
     if stream.spec is not None:
         (exchange.spec_verify_steps, exchange.spec_draft_tokens, exchange.spec_accepted_tokens,
          exchange.spec_accept_histogram) = stream.spec

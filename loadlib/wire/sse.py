@@ -15,6 +15,9 @@ the first chunk with non-empty `content` or a tool call (the time to first outpu
 `first_token_at` times the first chunk of either), and `reasoning_tokens` reads the server's
 count from the usage chunk.
 
+Asked to (`chunk_times`, the run's `--chunk-times`), it keeps each output chunk's arrival stamp:
+one list append per chunk; a reader not asked keeps nothing per chunk.
+
 The server's account of the request's speculative decoding (`spec_account`) is read from the
 chunks without choices only, which come at the stream's end: the usage chunk and what a server
 adds beside it. Token chunks pay nothing for it.
@@ -44,11 +47,11 @@ class StreamReader:
     __slots__ = ("sent_at", "content_type", "first_token_at", "first_answer_at", "chunks_before_answer",
                  "last_token_at", "done_at", "end_at",
                  "ended", "events", "chunks", "output_chars", "first_read_events", "usage",
-                 "finish_reason", "error", "spec", "head", "_head_room", "_partial", "_skipping", "_hasher",
-                 "_live", "_answer", "_reasoning")
+                 "finish_reason", "error", "spec", "chunk_times", "head", "_head_room", "_partial", "_skipping",
+                 "_hasher", "_live", "_answer", "_reasoning")
 
     def __init__(self, sent_at: float = 0.0, content_type: str | None = "text/event-stream",
-                 live: LiveCounters | None = None, keep_text: bool = False) -> None:
+                 live: LiveCounters | None = None, keep_text: bool = False, chunk_times: bool = False) -> None:
         self.sent_at = sent_at  # for the live TTFT of the first token
         self.content_type = content_type
         self.first_token_at: float | None = None
@@ -66,6 +69,8 @@ class StreamReader:
         self.finish_reason: str | None = None
         self.error: str | None = None  # the first in-stream error event or malformed data
         self.spec: SpecAccount | None = None  # the server's account of speculative decoding
+        # each output chunk's arrival stamp (those read together share theirs), kept only when asked
+        self.chunk_times: list[float] | None = [] if chunk_times else None
         self.head = b""  # the body's first bytes (one more than shown), kept only when the
         self._head_room = 0 if _is_event_stream(content_type) else HEAD_BYTES + 1  # type is not SSE
         self._partial: bytearray | None = None  # an incomplete last line
@@ -234,6 +239,8 @@ class StreamReader:
                         self.chunks += 1
                         self.last_token_at = t
                         self._live.chunks += 1
+                        if self.chunk_times is not None:
+                            self.chunk_times.append(t)
                         if self.first_token_at is None:
                             self.first_token_at = t
                             self.first_read_events = 1

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from analysis.__main__ import main
@@ -230,6 +231,60 @@ def test_vllm_result_has_vllms_keys_and_the_cells_figures_by_hand(write_run, tmp
     assert (result["ttfts"][failed], result["output_lens"][failed], result["itls"][failed]) == (0.0, 0, [])
     assert result["max_concurrent_requests"] == 2
     assert result["request_rate"] == "inf"
+
+
+STALLED = ",".join(["50"] * 23 + ["350"])  # 1.5 s from the first chunk to the last, one 350 ms stall among them
+
+
+def with_gaps(records: list[dict[str, Any]], which: int | None = None) -> list[dict[str, Any]]:
+    """free_running_records with each successful request's gaps as `--chunk-times` keeps them (the
+    first `which` of them; None: all), the failed one's none."""
+    done = [i for i, record in enumerate(records) if not record["error"]][:which]
+    return [{**record, "chunk_gaps_ms": STALLED if i in done else "" if record["error"] else None}
+            for i, record in enumerate(records)]
+
+
+def test_vllm_itls_are_the_measured_gaps_where_the_run_kept_them(write_run, tmp_path, capsys):
+    """Six requests of 24 gaps each, 23 of 50 ms and one of 350 ms (the same 1.5 s as 24 of 62.5 ms):
+    144 gaps, 6 of them stalls; p99 = numpy's linear at rank 141.57 of the sorted gaps = 350 ms;
+    population std = sqrt((138 x 12.5^2 + 6 x 287.5^2) / 144) ms. Without them, every gap is 62.5 ms."""
+    result = exported(tmp_path, write_run(with_gaps(free_running_records()), MANIFEST), "vllm", capsys)["steady"]
+    check_vllm_result(result)
+    assert result["itls"][0] == pytest.approx([0.05] * 23 + [0.35])
+    failed = result["errors"].index("http_500")
+    assert result["itls"][failed] == []
+    assert result["mean_itl_ms"] == pytest.approx(62.5)  # as with the mean gaps
+    assert (result["median_itl_ms"], result["p95_itl_ms"], result["p99_itl_ms"]) == pytest.approx((50.0, 50.0, 350.0))
+    assert result["std_itl_ms"] == pytest.approx(((138 * 12.5 ** 2 + 6 * 287.5 ** 2) / 144) ** 0.5)
+    assert result["notes"][0].startswith("itls: per request") and "as the client measured it" in result["notes"][0]
+    plain = exported(tmp_path, write_run(free_running_records(), MANIFEST, name="plain"), "vllm", capsys)["steady"]
+    assert (plain["std_itl_ms"], plain["p99_itl_ms"]) == pytest.approx((0.0, 62.5))
+    assert "each is the request's mean gap" in plain["notes"][0]
+
+
+def test_vllm_itls_of_a_cell_partly_measured_say_how_many(write_run, tmp_path, capsys):
+    records = with_gaps(free_running_records(), which=2)
+    result = exported(tmp_path, write_run(records, MANIFEST), "vllm", capsys)["steady"]
+    check_vllm_result(result)
+    assert "for 2 of the 6 successful requests" in result["notes"][0]
+    assert sorted(gaps[-1] for gaps in result["itls"] if gaps) == pytest.approx([0.0625] * 4 + [0.35] * 2)
+
+
+def test_measured_gaps_read_back_from_the_vllm_result_and_mean_gaps_do_not(write_run, tmp_path, capsys):
+    """The result of a run that kept its gaps reads back with them (each request's longest gap
+    among the steady percentiles, as in the run's own report); one of mean gaps reads back with none,
+    as a run without --chunk-times."""
+    from loadlib.run_view import read_run
+
+    for name, records, kept in (("kept", with_gaps(free_running_records()), True),
+                                ("mean", free_running_records(), False)):
+        run_dir = write_run(records, MANIFEST, name=name)
+        exported(tmp_path / name, run_dir, "vllm", capsys)
+        back = read_run(tmp_path / name / "out-vllm" / "steady.json").records
+        own = read_run(run_dir).records
+        assert back["chunk_gaps_ms"].notna().sum() == (6 if kept else 0)
+        pd.testing.assert_series_equal(back["chunk_gaps_ms"].dropna().reset_index(drop=True),
+                                       own["chunk_gaps_ms"][own["ok"]].dropna().reset_index(drop=True))
 
 
 def test_llmd_report_has_the_schemas_fields_and_the_cells_figures(write_run, tmp_path, capsys):
@@ -508,6 +563,8 @@ def test_a_vllm_result_reads_as_one_free_running_cell_of_its_requests(tmp_path, 
     assert records.loc[3, "error"] == "Bad Request"
     assert list(records["decode_tps"][:3]) == pytest.approx([50.0] * 3)  # 40 tokens after the first in 0.8 s
     assert list(records["chunks"][:3]) == [41] * 3
+    assert list(records["chunk_gaps_ms"][:3]) == [",".join(["20"] * 40)] * 3  # vLLM's itls: measured gaps
+    assert records["chunk_gaps_ms"].isna()[3]
     assert list(records["concurrency"].unique()) == [2]
     if case == "open":
         assert list(records["scheduled_at"]) == [5000.0, 4999.5, 5001.0, 5000.5]
@@ -541,3 +598,52 @@ def test_a_vllm_summary_is_named_by_its_traffic_and_published_with_its_count(tmp
     assert list(published.index) == ["open-1rps TTFT p50 s", "open-1rps TTFT p99 s"]
     assert list(published["value"]) == [0.2, 0.2] and list(published["n"]) == [3, 3]
     assert published["low"].isna().all() and published["high"].isna().all()
+
+
+STALL_S = 5 * 0.05  # the simulator's stall fault (5 s, its default) at --time-scale 0.05
+STALLING_SIM = "--time-scale 0.05 --fault stall@0.5 --fault-seed 3"
+
+
+@pytest.mark.processes
+def test_a_run_with_chunk_times_exports_each_gap_and_a_stall_in_the_request_it_held(tmp_path):
+    """One closed-loop stream against simulators that hold half the requests (their fault picker's
+    seeded draws, one per request in the order sent) for 0.25 s halfway through the answer, with
+    and without --chunk-times. With it, each record keeps one gap per chunk after the first,
+    summing to its first chunk's distance to its last, and the exported itls show the stall as one
+    gap of at least 0.25 s in each request the simulator held and in no other; without it, the
+    records keep none and the export spreads each stall over its request's gaps, as before."""
+    from loadlib.records import chunk_gaps_s
+    from loadlib.sim.faults import FaultPicker, parse_spec
+
+    (tmp_path / "closed.toml").write_text(protocol_profile("closed", 64, duration_s=1.5, warmup_s=0.3))
+    dirs = {name: tmp_path / name for name in ("kept", "plain")}
+    runs = run_locust_together({name: (["--headless", "-u", "1", "--profile", str(tmp_path / "closed.toml"),
+                                        "--sim-args", STALLING_SIM, "--run-dir", str(run_dir),
+                                        *(["--chunk-times"] if name == "kept" else [])], tmp_path)
+                                for name, run_dir in dirs.items()})
+    exports = {}
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        assert main(["export", str(dirs[name]), "--format", "vllm"]) == 0
+        exports[name] = json.loads((dirs[name] / "exports" / "vllm" / "closed.json").read_text())
+        check_vllm_result(exports[name])
+    for name, result in exports.items():
+        picker = FaultPicker([parse_spec("stall@0.5")], seed=3)  # as the simulator's, drawn as it drew
+        sent = sorted(read_records(dirs[name]), key=lambda record: record["sent_at"])  # warm-up too: one stream
+        held = {record["request_id"]: picker.pick(None) is not None for record in sent}
+        cell = [record for record in sent if record["measured"] and record["cell"] == "closed"]
+        assert result["completed"] == len(cell) > 4 and {True, False} <= {held[r["request_id"]] for r in cell}
+        for record, itls in zip(cell, result["itls"]):
+            assert len(itls) == record["chunks"] - 1
+            if name == "kept":
+                assert chunk_gaps_s(record["chunk_gaps_ms"]) == itls
+                assert sum(itls) == pytest.approx(record["last_chunk_s"] - record["ttft_s"], abs=6e-6)
+                assert sum(gap >= STALL_S for gap in itls) == held[record["request_id"]], record["request_id"]
+            else:
+                assert record["chunk_gaps_ms"] is None and max(itls) < STALL_S
+                assert itls == pytest.approx([itls[0]] * len(itls))  # the request's mean gap
+    assert "as the client measured it" in exports["kept"]["notes"][0]
+    assert "each is the request's mean gap" in exports["plain"]["notes"][0]
+    assert exports["kept"]["p99.9_itl_ms"] >= STALL_S * 1000 > exports["plain"]["p99.9_itl_ms"]
+    assert "max_chunk_gap_s" in (dirs["kept"] / "summary.txt").read_text()
+    assert "max_chunk_gap_s" not in (dirs["plain"] / "summary.txt").read_text()

@@ -175,7 +175,8 @@ def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
     (true, false, null), a missing `measured`, extra fields and a torn last line included."""
     records = [build_record("single", "code", sent_at=1.0 + i, thinking=[True, False, None][i % 3],
                             error=None if i % 4 else "http 500", ttft_s=None if i % 4 == 0 else 0.1,
-                            first_read_events=1, queue_s=None if i % 2 else 0.01) for i in range(40)]
+                            first_read_events=1, queue_s=None if i % 2 else 0.01,
+                            chunk_gaps_ms=[None, "", "1.5,0,20"][i % 3]) for i in range(40)]
     records[5].pop("measured", None)
     records[6]["measured"] = False
     path = tmp_path / "records.jsonl"
@@ -185,6 +186,7 @@ def test_the_fast_reader_and_the_exact_reader_give_the_same_frame(tmp_path):
     with pytest.warns(SkippedLinesWarning, match="torn last line"):
         exact = loadlib.record_table.exact_frame(path)
     assert len(fast) == 39
+    assert fast["chunk_gaps_ms"].fillna("null").tolist()[:4] == ["null", "", "1.5,0,20", "null"]
     pd.testing.assert_frame_equal(fast, exact, check_categorical=False)
     with pytest.warns(SkippedLinesWarning, match="torn last line"):  # the copy stands for the journal whole
         pd.testing.assert_frame_equal(_read_from_copy(path), exact, check_categorical=False)
@@ -288,6 +290,22 @@ def test_a_run_shared_as_its_columnar_copy_alone_is_read_from_it(write_run, prot
     pd.testing.assert_frame_equal(read_journal(shared)[1], unmeasured, check_dtype=False, check_categorical=False)
     assert len(read_run(shared).records) == 13
     pd.testing.assert_frame_equal(read_records_frame(run_dir / "records.parquet"), journal_frame)  # its journal's
+
+
+def test_a_copy_alone_from_before_a_field_reads_it_as_missing(write_run, protocol_records, tmp_path):
+    """A copy written before `chunk_gaps_ms` existed (its table without the column) reads as the
+    journal's older lines do: the field null."""
+    import pyarrow.parquet as pa_parquet
+
+    run_dir = write_run(protocol_records)
+    journal_frame = read_journal(run_dir, keep_copy=True)[0]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    older = pa_parquet.read_table(run_dir / "records.parquet")
+    pa_parquet.write_table(older.drop_columns(["chunk_gaps_ms"]), shared / "records.parquet")
+    frame = read_records_frame(shared)
+    assert frame["chunk_gaps_ms"].isna().all()
+    pd.testing.assert_frame_equal(frame, journal_frame)
 
 
 @pytest.mark.parametrize("copy, problem", [

@@ -303,6 +303,20 @@ def test_steady_percentiles_come_from_successful_requests_sent_in_the_window():
     assert table.loc["e2e_tps", "p50"] == pytest.approx(75.5)
 
 
+def test_the_longest_chunk_gap_of_each_request_is_a_steady_percentile_where_the_gaps_were_kept():
+    """Each successful request of free_running_records with 24 gaps (--chunk-times), the one sent
+    at 3 s with a 350 ms stall among 50 ms gaps, the others evenly 62.5 ms; a run without them has
+    no such row."""
+    plain = free_running_records()
+    kept = [{**record, "chunk_gaps_ms": None if record["error"] else ",".join(
+        ["50"] * 23 + ["350"] if record["completion_tokens"] == 21 else ["62.5"] * 24)} for record in plain]
+    table = free_running.steady_percentiles(records_frame(kept)).set_index("figure")
+    assert table.loc["max_chunk_gap_s", "n"] == 5  # sent at 1, 2, 3, 4, 5
+    # numpy's linear p99 of 0.0625 x 4 and 0.35: 0.0625 + 0.96 x (0.35 - 0.0625)
+    assert table.loc["max_chunk_gap_s", ["p50", "p99"]].tolist() == pytest.approx([0.0625, 0.0625 + 0.96 * 0.2875])
+    assert "max_chunk_gap_s" not in set(free_running.steady_percentiles(records_frame(plain))["figure"])
+
+
 def test_records_without_some_fields_still_load():
     df = records_frame([{"request_id": "x", "scenario": "code", "cell": "single", "case": "single",
                                  "concurrency": 1, "round": 0, "sent_at": T0, "ttft_s": 0.1, "total_s": 1.1,

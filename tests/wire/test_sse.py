@@ -134,17 +134,39 @@ def test_first_read_events_counts_the_output_read_together_with_the_first_token(
     assert (alone.first_token_at, alone.first_read_events) == (1.0, 1)
 
 
-def test_memory_of_a_reader_does_not_grow_with_the_answer():
+def memory_grown(reader: StreamReader, chunks: int) -> int:
+    """Bytes the reader's process holds more after reading `chunks` one-token chunks, one a read."""
     import tracemalloc
 
     piece = b"".join(sse(sglang_chunk(content="token ")))
-    reader = StreamReader()
     tracemalloc.start()
-    for i in range(20_000):
+    for i in range(chunks):
         reader.feed(piece, float(i))
     grown, _peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert reader.chunks == 20_000 and grown < 20_000
+    assert reader.chunks == chunks
+    return grown
+
+
+def test_memory_of_a_reader_does_not_grow_with_the_answer():
+    reader = StreamReader()
+    assert memory_grown(reader, 20_000) < 20_000 and reader.chunk_times is None  # nothing kept per chunk
+
+
+def test_chunk_times_keep_one_stamp_per_output_chunk_and_nothing_unasked():
+    """The role chunk, the finish chunk without text and the usage chunk carry no output: no stamp;
+    the chunks read together with the first share its stamp."""
+    pieces = sse(sglang_chunk(content="", role="assistant"), sglang_chunk(content="a"), sglang_chunk(content="b"),
+                 sglang_chunk(reasoning="hm"),
+                 sglang_chunk(content="", finish="stop"), USAGE, "[DONE]")
+    arrivals = [1.0, 2.0, 2.0, 3.5, 4.0, 4.0, 4.1]
+    kept, plain = StreamReader(chunk_times=True), StreamReader()
+    for piece, t in zip(pieces, arrivals):
+        kept.feed(piece, t)
+        plain.feed(piece, t)
+    assert kept.chunk_times == [2.0, 2.0, 3.5] and kept.chunks == len(kept.chunk_times)
+    assert plain.chunk_times is None and plain.chunks == kept.chunks
+    assert memory_grown(StreamReader(chunk_times=True), 20_000) >= 20_000 * 8  # a reference a chunk
 
 
 def test_live_counters_see_each_chunk_and_the_first_token_as_it_is_read():
