@@ -227,8 +227,9 @@ def chunk_gaps_text(times: Sequence[float]) -> str:
 
 
 def chunk_gaps_s(text: str) -> list[float]:
-    """The gaps (s) of a record's `chunk_gaps_ms` ("" -> none)."""
-    return [float(gap) / 1000 for gap in text.split(",")] if text else []
+    """The gaps (s) of a record's `chunk_gaps_ms` ("" -> none), rounded to their 0.01 ms (1e-5 s)
+    so that 1.18 ms reads 0.00118, not 0.0011799999999999998."""
+    return [round(float(gap) / 1000, 8) for gap in text.split(",")] if text else []
 
 
 def observed_state(cached_tokens: int | None) -> str | None:
