@@ -38,6 +38,10 @@ class SharedResampling:
         self.shard_counts = {"workers": 0, "master": 0}
         runner.register_message(RESAMPLED_MESSAGE, self._on_shard)
 
+    def begin(self) -> None:
+        """A test starts (the web UI's start again): its counts start at 0."""
+        self.shard_counts = {"workers": 0, "master": 0}
+
     def __call__(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
         import numpy as np
 

@@ -79,6 +79,7 @@ class WorkerUsers(UserProcesses):
     def begin(self, config: RunConfig) -> None:
         self.held, self.in_flight_by_worker, self.lost = {}, {}, []
         self.clocks.begin()
+        self.resampling.begin()
         self._workers, measured = config.workers, self.clocks.counts()
         self.runner.send_message(CONFIG_MESSAGE, config.to_message())
         self.clocks.wait(config.workers, measured)  # each worker measures its clock on the configuration
