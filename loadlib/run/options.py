@@ -145,7 +145,8 @@ def add_arguments(parser: Any) -> None:
                           help="Do not verify the server's TLS certificate (default: verify it)")
     requests.add_argument("--sim-args", default="", metavar="ARGS", include_in_web_ui=False,
                           help="Extra arguments for the built-in simulator, used when no --host is given "
-                               "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash'; default: none)")
+                               "(e.g. '--time-scale 0.05 --preset 3090x2-tp2-dflash'; one flag alone takes '=': "
+                               "--sim-args=--no-enable-cache-report; default: none)")
     protocol = OptionGroup(parser, "uni-bench: the protocol's rounds",
                            "For a locustfile of ModeUsers (locustfiles/dflash.py). --profile FILE (Locust's\n"
                            "option, above) runs a profile instead (profiles/*.toml, docs/profiles.md),\n"
