@@ -38,10 +38,11 @@ def energy_table(entries: Iterable[dict[str, Any]], records: pd.DataFrame) -> pd
             continue
         own = cell_records(records, cell.span)
         tokens = float(own.loc[own["ok"].astype(bool), "completion_tokens"].sum())
+        mean = mean_watts(cell.joules, cell.seconds)
         rows.append({
             "cell": cell.span.cell, "scenario": cell_scenario(cell.span, own), "gpu": cell.gpu,
-            "joules": cell.joules, "seconds": cell.seconds, "mean_watts": mean_watts(cell.joules, cell.seconds),
-            "peak_watts": peak_watts(cell.peak_watts, mean_watts(cell.joules, cell.seconds)), "completion_tokens": tokens,
+            "joules": cell.joules, "seconds": cell.seconds, "mean_watts": mean,
+            "peak_watts": peak_watts(cell.peak_watts, mean), "completion_tokens": tokens,
             "joules_per_token": joules_per_token(cell.joules, tokens),
             "tokens_per_joule": tokens_per_joule(tokens, cell.joules),
             "energy_via": cell.energy_via, "samples": cell.samples, "meter": cell.meter,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from locust.event import EventHook
 
+    from loadlib.figures.slo_resamples import Resample
     from loadlib.profiles import Profile
     from loadlib.run.config import RunConfig
     from loadlib.run.users import LLMUser
@@ -112,13 +113,13 @@ class Coordination:
     cell_frame: Callable[[Sequence[str], str], pd.DataFrame]
     note: Callable[[str, Any], None]
     cell_events: "EventHook"
+    resample: Resample
     lead_time_s: float = 0.05
     settle_s: float = 0.1
     request_timeout_s: float = 900.0
     serve: Callable[["Profile"], float] | None = None
     retire: Callable[[str], None] | None = None
     run_dir: Path | None = None
-    resample: Callable[..., Any] | None = None  # a level's resampled statistics (`slo_resamples.Resample`)
 
 
 class Driver:

@@ -177,7 +177,6 @@ class SearchDriver(Driver):
         level): each level played, judged, and the result noted before the next is chosen."""
         # Tables (pandas), loaded by the coordinator only: workers import this module for its schema.
         from loadlib.figures.capacity import level_seed
-        from loadlib.figures.slo_resamples import resampled_statistics
         from loadlib.modes.search import judge
 
         if self.mix.cache == COLD:
@@ -190,7 +189,7 @@ class SearchDriver(Driver):
             self.phase = self.phase.with_note(f"judging {cell.name}; {self.search.progress()}")
             offered = step.value if self.load.variable == "rate" else None
             judgement = judge(self.run.cell_frame(step.cells, self.target), self.slo, level_seed(step.cells), offered,
-                              self.run.resample or resampled_statistics)
+                              self.run.resample)
             self.search.record(step, judgement)
             log.info("search: %s%s %s (%d requests: %s)", f"{self.target}: " if self.target else "",
                      cell.name, judgement.verdict, judgement.n, judgement.reason)

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import gevent
+import numpy as np
 from locust.env import Environment
 
 from loadlib.figures import live as live_figures
+from loadlib.figures.slo_resamples import resampled_statistics
 from loadlib.modes import Assignment
 from loadlib.run.config import RunConfig
 from loadlib.run.runtime import LIVE_S, ProcessRun
@@ -84,10 +86,9 @@ class UserProcesses:
     def end(self) -> None:
         """The test ends: wait (bounded) for what the processes still have to send."""
 
-    def resample(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
+    def resample(self, ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
+                 seed: int) -> np.ndarray:
         """A capacity level's resampled statistics (`slo_resamples.Resample`): drawn here."""
-        from loadlib.figures.slo_resamples import resampled_statistics  # numpy: the coordinator's, when judging
-
         return resampled_statistics(ttft, decode, meets, ttft_q, decode_q, seed)
 
 

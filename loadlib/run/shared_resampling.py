@@ -17,8 +17,11 @@ import time
 from typing import Any, Callable
 
 import gevent
+import numpy as np
 from gevent.event import Event
 from locust.runners import MasterRunner, WorkerRunner
+
+from loadlib.figures.slo_resamples import SHARDS, shard_statistics
 
 RESAMPLE_MESSAGE = "uni:resample"  # master -> one worker: a level's arrays and the shards it is to draw
 RESAMPLED_MESSAGE = "uni:resampled"  # worker -> master: {"job", "shard", "stats": 3 x size float64 bytes}
@@ -33,8 +36,7 @@ class SharedResampling:
     def __init__(self, runner: MasterRunner, workers: Callable[[], list[str]]) -> None:
         self.runner, self.workers = runner, workers
         self._jobs = itertools.count(1)
-        self._answers: dict[int, dict[int, Any]] = {}  # job -> shard -> its statistics
-        self._complete: dict[int, Event] = {}
+        self._open: dict[int, tuple[dict[int, np.ndarray], Event]] = {}  # job -> (shard -> its statistics, all in)
         self.shard_counts = {"workers": 0, "master": 0}
         runner.register_message(RESAMPLED_MESSAGE, self._on_shard)
 
@@ -42,14 +44,11 @@ class SharedResampling:
         """A test starts (the web UI's start again): its counts start at 0."""
         self.shard_counts = {"workers": 0, "master": 0}
 
-    def __call__(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
-        import numpy as np
-
-        from loadlib.figures.slo_resamples import SHARDS, shard_statistics
-
+    def __call__(self, ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
+                 seed: int) -> np.ndarray:
         workers = self.workers()
         job = next(self._jobs)
-        answers, complete = self._answers.setdefault(job, {}), self._complete.setdefault(job, Event())
+        answers, complete = self._open[job] = {}, Event()
         held = {worker: list(range(i, SHARDS, len(workers))) for i, worker in enumerate(workers[:SHARDS])}
         arrays = {"ttft": np.asarray(ttft, dtype="float64").tobytes(),
                   "decode": np.asarray(decode, dtype="float64").tobytes(),
@@ -62,28 +61,21 @@ class SharedResampling:
             alive = set(self.workers())
             if any(worker not in alive and any(s not in answers for s in shards) for worker, shards in held.items()):
                 break
-        del self._answers[job], self._complete[job]
-        parts = []
-        for shard in range(SHARDS):
-            if shard in answers:
-                parts.append(answers[shard])
-            else:
-                parts.append(shard_statistics(ttft, decode, meets, ttft_q, decode_q, seed, shard))
+        del self._open[job]
+        parts = [answers[shard] if shard in answers else
+                 shard_statistics(ttft, decode, meets, ttft_q, decode_q, seed, shard) for shard in range(SHARDS)]
         self.shard_counts["workers"] += len(answers)
         self.shard_counts["master"] += SHARDS - len(answers)
         return np.concatenate(parts, axis=1)
 
     def _on_shard(self, msg: Any, **_kwargs: Any) -> None:
-        import numpy as np
-
-        from loadlib.figures.slo_resamples import SHARDS
-
-        answers = self._answers.get(msg.data["job"])
-        if answers is None:  # a job already given up on
+        job = self._open.get(msg.data["job"])
+        if job is None:  # a job already given up on
             return
+        answers, complete = job
         answers[msg.data["shard"]] = np.frombuffer(msg.data["stats"], dtype="float64").reshape(3, -1)
         if len(answers) == SHARDS:
-            self._complete[msg.data["job"]].set()
+            complete.set()
 
 
 def serve_resampling(runner: WorkerRunner) -> None:
@@ -91,10 +83,6 @@ def serve_resampling(runner: WorkerRunner) -> None:
     through between them), and sends each back."""
 
     def draw(data: dict[str, Any]) -> None:
-        import numpy as np
-
-        from loadlib.figures.slo_resamples import shard_statistics
-
         ttft, decode = (np.frombuffer(data[key], dtype="float64") for key in ("ttft", "decode"))
         meets = np.frombuffer(data["meets"], dtype=bool)
         for shard in data["shards"]:

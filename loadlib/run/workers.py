@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 import gevent
+import numpy as np
 from locust.env import Environment
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
@@ -118,7 +119,8 @@ class WorkerUsers(UserProcesses):
             master["resample_shards_drawn"] = dict(self.resampling.shard_counts)
         return [*self.selfwatch_by_worker.values(), master]
 
-    def resample(self, ttft: Any, decode: Any, meets: Any, ttft_q: float, decode_q: float, seed: int) -> Any:
+    def resample(self, ttft: np.ndarray, decode: np.ndarray, meets: np.ndarray, ttft_q: float, decode_q: float,
+                 seed: int) -> np.ndarray:
         """Drawn by the workers, idle while a level is judged (`loadlib.run.shared_resampling`)."""
         return self.resampling(ttft, decode, meets, ttft_q, decode_q, seed)
 
