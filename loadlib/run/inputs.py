@@ -5,10 +5,13 @@ the run directory. A bad one is one line on stderr and exit code 2."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from loadlib.modes.rounds import ROUNDS
 from loadlib.profiles import Profile, ProfileError, load_profile
@@ -112,8 +115,23 @@ def new_run_dir(requested: str, run_number: int, label: str) -> Path:
 
 
 def usage_error(message: str) -> None:
+    """A bad input: one line, exit code 2, and the workers `--processes` forked before the inputs
+    were read go too (else they wait on for a master that is gone)."""
     sys.stderr.write(f"error: {message}\n")
+    _stop_forked_workers()
     sys.exit(2)
+
+
+def _stop_forked_workers() -> None:
+    """Kills this process's forked copies (Locust's `--processes` workers share its command line);
+    nothing has started in them yet, so there is nothing to end gracefully."""
+    me = psutil.Process()
+    for child in me.children():
+        try:
+            if child.cmdline() == me.cmdline():
+                os.kill(child.pid, signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError):
+            pass  # gone already
 
 
 def check_run_dir_free(requested: str) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.conftest import LOCUSTFILE
+from tests.conftest import LOCUSTFILE, free_port
 
 CASES = {  # name -> (arguments, what the last stderr line must name)
     "negative rounds": (["--rounds", "-1"], "--rounds"),
@@ -65,3 +67,26 @@ def test_a_refused_run_dir_is_left_as_it_was(outcomes, tmp_path_factory):
     assert outcomes["run dir holding a run"].returncode == 2
     old = Path(outcomes["run dir holding a run"].args[-1])
     assert sorted(p.name for p in old.iterdir()) == ["records.jsonl"]
+
+
+@pytest.mark.processes
+def test_a_bad_profile_with_processes_takes_the_forked_workers_with_it(tmp_path):
+    # Locust forks --processes' workers before the profile is read: they must not outlive the refusal
+    (tmp_path / "p.toml").write_text('[load]\nmode = "search"\nvariable = "users"\nstep = 1\nduration_s = 1\n'
+                                     "[scenarios.distinct-issues]\n[slo]\nttft_s = 1.0\nttft_p = 90\n")
+    run_dir = tmp_path / "refused"  # in every process's command line
+    port = str(free_port())
+    result = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2",
+                             "--processes", "2", "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                             "--master-port", port, "--profile", "p.toml", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: p.toml: load.step: Input should be greater than 1"]
+    for _ in range(50):  # killed at once; bounded wait for the kernel to reap them
+        left = [p.pid for p in psutil.process_iter(["cmdline", "status"])
+                if str(run_dir) in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == []
