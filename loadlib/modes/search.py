@@ -15,7 +15,10 @@ every criterion holds (the statistics and the rule are `loadlib.figures.capacity
 report also uses for its moving-block resamples in send order). TTFT is what a user waits for:
 from the intended send where the requests had one (a search over a rate, whose arrivals may wait
 for a free user: `capacity.judged_requests`). The level `held` when that share is at least
-`CONFIDENCE`, `broke` when it is at most 1 - `CONFIDENCE`, and is `close` otherwise; a level where
+`CONFIDENCE` and it has enough requests for each percentile judged to be a tail estimate
+(`uncertainty.samples_needed`: a p90 of 2 requests is their maximum, and its resamples agree
+only because so few requests do), `broke` when it is at most 1 - `CONFIDENCE`, and is `close`
+otherwise; a level where
 the server failed a request `failed`. A level offered a rate also `broke` when it delivered less
 beyond its noise (`capacity.delivery`: its last requests waited longer than its middle ones
 beyond both medians' intervals, so the offered rate is above the interval of the rate delivered),
@@ -44,6 +47,7 @@ from loadlib.figures.capacity import delivery, judged_requests, quantiles, slo_h
 from loadlib.figures.free_running import SEND, slo_ttft_from
 from loadlib.figures.goodput import Slo
 from loadlib.figures.slo_resamples import Resample, resampled_statistics, slo_statistics
+from loadlib.figures.uncertainty import samples_needed
 from loadlib.scenarios.base import level_cell_name
 
 CONFIDENCE = 0.9  # share of resamples that must agree for a verdict
@@ -104,6 +108,9 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | Non
         verdict = FAILED
     elif delivered is not None and delivered.short:  # its queue grew: whatever its SLO figures
         verdict = BROKE
+    elif pass_share >= CONFIDENCE and n < (needed := _samples_needed(slo, ttft_q, decode_q)):
+        verdict = CLOSE  # its resamples agree, but a tail percentile of so few requests is no tail estimate
+        reasons.append(f"too few requests to hold: the SLO's percentiles need {needed} (longer levels: duration_s)")
     elif pass_share >= CONFIDENCE:
         verdict = HELD
     elif pass_share <= 1 - CONFIDENCE:
@@ -116,6 +123,13 @@ def judge(frame: pd.DataFrame, slo: Slo, seed: int = 0, offered_rps: float | Non
     return Judgement(n, failed, ttft_q * 100, *_figure(point[0, 0], boot[0]), (1 - decode_q) * 100,
                      *_figure(point[1, 0], boot[1]), *goodput, pass_share, verdict, ttft_from, offered_rps, *rates,
                      "; ".join(reasons))
+
+
+def _samples_needed(slo: Slo, ttft_q: float, decode_q: float) -> int:
+    """The fewest requests whose percentiles the SLO judges are tail estimates
+    (`uncertainty.samples_needed`: 10 for a p90); 0 where it judges no percentile."""
+    judged = [q for q, percentile in ((ttft_q, slo.ttft_p), (1 - decode_q, slo.decode_p)) if percentile is not None]
+    return max((samples_needed(q) for q in judged), default=0)
 
 
 def _figure(point: float, resampled: np.ndarray) -> tuple[float | None, float | None, float | None]:
@@ -229,6 +243,11 @@ class Search:
                 return None
             assert good is not None  # every level so far held
             return min(self._up(good), self.top)
+        first = self.levels[bad].judgement
+        if good is None and first is not None and first.verdict == CLOSE:
+            self.stopped = (f"the first level ({self._text(bad)}) was too close to call ({first.reason}): judge it on "
+                            "more requests (longer levels: duration_s, or more repeats)")
+            return None
         if good is None:
             self.stopped = (f"the first level ({self._text(bad)}) did not hold: start lower"
                             if self.variable == "rate" or bad > 1 else

@@ -40,6 +40,17 @@ def test_a_level_whose_percentile_sits_on_the_target_is_too_close_to_call():
     assert verdict.ttft_low < 0.1 < verdict.ttft_high  # the range says why
 
 
+def test_a_level_of_too_few_requests_for_its_percentile_does_not_hold_however_fast_they_were():
+    # 2 requests under the target: every resample passes, but a p90 of 2 is their maximum, not a tail
+    few = judge(level([0.01, 0.02]), TTFT_P90)
+    assert few.pass_share == 1.0 and few.verdict == CLOSE and few.n == 2
+    assert "too few requests to hold: the SLO's percentiles need 10" in few.reason
+    assert judge(level(np.full(10, 0.01)), TTFT_P90).verdict == HELD
+    assert judge(level(np.full(9, 0.01)), Slo(decode_tps=20, decode_p=90)).verdict == CLOSE  # its slow tail: p10
+    assert judge(level([0.5, 0.6]), TTFT_P90).verdict == BROKE  # both over: broken, however few
+    assert judge(level([0.01, 0.02]), Slo(ttft_s=0.1, goodput=0.5)).verdict == HELD  # a share, no percentile
+
+
 def test_any_failed_request_fails_the_level():
     assert judge(level(np.full(40, 0.01), failed=1), TTFT_P90).verdict == FAILED
 
@@ -99,6 +110,13 @@ def test_when_one_user_does_not_hold_the_search_says_there_is_no_lower_level_to_
     assert run_search(search, capacity=0) == ["search-u1"]
     assert search.best is None and "start lower" not in search.stopped
     assert "none lower" in search.stopped and "loosen the SLO" in search.stopped
+
+
+def test_a_first_level_too_close_to_call_asks_for_more_requests_not_a_looser_slo():
+    search = Search("users", 1, top=8, repeats=1)
+    assert run_search(search, capacity=8, close=(1,)) == ["search-u1", "search-u1-r2"]
+    assert search.best is None and "too close to call" in search.stopped and "duration_s" in search.stopped
+    assert "loosen the SLO" not in search.stopped
 
 
 def test_a_close_level_runs_again_and_still_close_counts_as_not_held():
